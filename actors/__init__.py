@@ -1,0 +1,1 @@
+"""The GPU side: the trial worker actor, its backends and timing."""

@@ -1,0 +1,53 @@
+"""The simulate backend: no kernel code, any parameter names and values, outcomes and
+latencies a deterministic function of (seed, config).
+
+It exists so that tests, demos and scale runs can drive the whole system (queue, journal,
+faults, resume) without a GPU, and it is cheap per trial: one hash and one sleep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from storage.records import TrialOutcome, canonical_json
+
+
+def draws(seed: int, config: Mapping[str, Any]) -> tuple[float, float]:
+    """Two uniform numbers in [0, 1) fixed by the seed and the config."""
+    digest = hashlib.blake2b(f"{seed}:{canonical_json(dict(config))}".encode(),
+                             digest_size=16).digest()
+    scale = float(1 << 64)
+    return (int.from_bytes(digest[:8], "little") / scale,
+            int.from_bytes(digest[8:], "little") / scale)
+
+
+class SimulatedBackend:
+    device_name = "simulated"
+
+    def __init__(self, *, trial_ms: float, fail_rate: float, crash_rate: float,
+                 hang_rate: float, seed: int) -> None:
+        self.trial_ms = trial_ms
+        self.fail_rate = fail_rate
+        self.crash_rate = crash_rate
+        self.hang_rate = hang_rate
+        self.seed = seed
+
+    def run_trial(self, config: Mapping[str, Any]) -> TrialOutcome:
+        fate, spread = draws(self.seed, config)
+        if fate < self.fail_rate:
+            return TrialOutcome("compile_error", "skipped",
+                                error="simulated compile error (simulate.fail_rate)")
+        if fate < self.fail_rate + self.crash_rate:
+            os._exit(17)  # the worker process dies, as a segfault would kill it
+        if fate < self.fail_rate + self.crash_rate + self.hang_rate:
+            threading.Event().wait()  # never returns: the driver's timeout must catch it
+        if self.trial_ms > 0:
+            time.sleep(self.trial_ms / 1e3)
+        latency = (self.trial_ms or 1.0) * (0.5 + spread)
+        return TrialOutcome("ok", "skipped", latency_ms=latency,
+                            latency_p20_ms=latency * 0.98, latency_p80_ms=latency * 1.02)

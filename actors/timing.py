@@ -1,0 +1,43 @@
+"""How to time one launch function: CUDA events through Triton on a GPU, the wall clock on
+the CPU interpreter. Both report the median with p20/p80 so the noise stays visible."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+
+
+def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timing:
+    import triton.testing
+
+    # do_bench flushes L2 between repetitions and times each with CUDA events.
+    median, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                               quantiles=[0.5, 0.2, 0.8])
+    return Timing(float(median), float(p20), float(p80))
+
+
+def time_wall(fn: Callable[[], object], warmup_ms: float, rep_ms: float,
+              max_reps: int = 100) -> Timing:
+    """do_bench's budget semantics on the host clock: estimate one call, then warm up for
+    warmup_ms and measure for rep_ms, with at least three samples."""
+    start = time.perf_counter()
+    fn()
+    estimate_ms = max((time.perf_counter() - start) * 1e3, 1e-3)
+    for _ in range(int(warmup_ms / estimate_ms)):
+        fn()
+    samples = []
+    for _ in range(max(3, min(max_reps, int(rep_ms / estimate_ms)))):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return Timing(statistics.median(samples), q[1], q[7])

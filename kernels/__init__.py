@@ -1,0 +1,91 @@
+"""Kernels a sweep can tune: the built-ins and the interface a user's kernel implements.
+
+A kernel is a `Kernel` record: the Triton function, how to make inputs and the reference
+result, the launch arguments and the grid for a config. A user's kernel plugs in as
+"package.module:attr" naming such a record. Importing a kernel module decorates its Triton
+functions, and Triton picks interpreter or compiler at that moment, so workers set
+TRITON_INTERPRET before they import one (see actors/worker.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Problem = Mapping[str, Any]
+Config = Mapping[str, Any]
+
+BUILTIN = {
+    "matmul": "kernels.matmul:KERNEL",
+    "softmax": "kernels.softmax:KERNEL",
+}
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What the sweep needs of a Triton kernel.
+
+    fn: the @triton.jit function; every config key is passed to it as a keyword
+        (constexprs, and launch options such as num_warps and num_stages).
+    problem_defaults: every problem key with its default; a spec may override only these,
+        with values of the same type. A "dtype" key takes one of DTYPES.
+    make_inputs(problem, device, seed): input tensors, random and never all zeros.
+    reference(inputs, problem): the expected output, computed with torch.
+    launch_args(inputs, problem): (positional args for fn, the output tensor they fill).
+    grid(problem, config): the launch grid.
+    flops / bytes_moved(problem): work per launch, for TFLOP/s and GB/s in reports.
+    """
+
+    name: str
+    fn: Any
+    problem_defaults: Mapping[str, Any]
+    make_inputs: Callable[[Problem, str, int], tuple[Any, ...]]
+    reference: Callable[[tuple[Any, ...], Problem], Any]
+    launch_args: Callable[[tuple[Any, ...], Problem], tuple[tuple[Any, ...], Any]]
+    grid: Callable[[Problem, Config], tuple[int, ...]]
+    flops: Callable[[Problem], float] | None = None
+    bytes_moved: Callable[[Problem], float] | None = None
+
+
+class KernelError(ValueError):
+    """The kernel name does not resolve to a Kernel."""
+
+
+def reference_of(name: str) -> str:
+    """'matmul' or 'pkg.mod:attr' -> 'module:attr', without importing anything."""
+    if name in BUILTIN:
+        return BUILTIN[name]
+    module, sep, attr = name.partition(":")
+    if not sep or not module or not attr.isidentifier():
+        builtins = ", ".join(sorted(BUILTIN))
+        raise KernelError(f"expected a built-in kernel ({builtins}) or 'package.module:attr'")
+    return name
+
+
+def load_kernel(name: str) -> Kernel:
+    module_name, _, attr = reference_of(name).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise KernelError(f"cannot import {module_name!r}: {e}") from None
+    kernel = getattr(module, attr, None)
+    if not isinstance(kernel, Kernel):
+        raise KernelError(f"{module_name}:{attr} is not a kernels.Kernel record")
+    return kernel
+
+
+def source_digest(kernel: Kernel) -> str:
+    """SHA-256 of the source file defining the kernel: an edit invalidates a resume."""
+    module = sys.modules[_defining_module(kernel)]
+    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
+
+
+def _defining_module(kernel: Kernel) -> str:
+    fn = getattr(kernel.fn, "fn", kernel.fn)  # JITFunction wraps the Python function
+    return fn.__module__

@@ -1,0 +1,1 @@
+"""What survives a crash: records, journal, Parquet table, snapshot."""

@@ -1,0 +1,41 @@
+"""Atomic replacement of a file: write a temp file beside it, fsync, rename, fsync the folder.
+
+A reader sees the old file or the new one, never a torn mix, whatever kills the writer.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def replace_atomically(path: Path, write: Callable[[str], None]) -> None:
+    """Call write(temp_path) to fill a temp file, then move it over path durably."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    replace_atomically(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,79 @@
+"""snapshot.json and best.json: small JSON state files, replaced atomically.
+
+The snapshot carries a SHA-256 of its body, so a file damaged by something other than our
+atomic writer (a copy cut short, a disk fault) is recognised and the run rebuilt from the
+journal instead of being trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from storage.atomic import write_bytes_atomically
+from storage.records import canonical_json
+
+RunState = Literal["running", "interrupted", "complete", "failed"]
+
+
+class SnapshotError(Exception):
+    """snapshot.json is unreadable or its checksum does not match."""
+
+
+@dataclass(frozen=True)
+class Best:
+    index: int
+    config: dict[str, Any]
+    latency_ms: float
+    device: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: RunState
+    fingerprint: str
+    total: int
+    done: int
+    counts: dict[str, int]
+    best: Best | None
+    written_at: float = field(default_factory=time.time)
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def write_snapshot(path: Path, snapshot: Snapshot) -> None:
+    body = asdict(snapshot)
+    doc = {"snapshot": body, "sha256": _checksum(body)}
+    write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    try:
+        doc = json.loads(path.read_text())
+        body = doc["snapshot"]
+        if doc["sha256"] != _checksum(body):
+            raise SnapshotError(f"{path}: checksum mismatch (file damaged)")
+        best = Best(**body["best"]) if body["best"] is not None else None
+        return Snapshot(**{**body, "best": best})
+    except SnapshotError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+
+
+def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool) -> None:
+    doc = {
+        "config": best.config if best else None,
+        "index": best.index if best else None,
+        "latency_ms": best.latency_ms if best else None,
+        "device": best.device if best else None,
+        "partial": partial,
+        "fingerprint": fingerprint,
+    }
+    write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())

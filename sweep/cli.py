@@ -1,0 +1,70 @@
+"""`sweep run`, `sweep resume`, `sweep report`.
+
+Exit codes: 0 complete (or stopped by --max-trials), 1 internal failure, 2 bad input,
+130 stopped by SIGINT, 143 stopped by SIGTERM. Progress goes to stderr, the summary to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from sweep import EXIT_BAD_INPUT
+from sweep.stop import StopController
+
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sweep", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start a sweep from a spec")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--out", type=Path, help="run directory (default: a new one under runs/)")
+    _cluster_args(run)
+    run.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate"))
+    resume = sub.add_parser("resume", help="continue a stopped run in place")
+    resume.add_argument("dir", type=Path)
+    _cluster_args(resume)
+    report = sub.add_parser("report", help="summarise a run directory")
+    report.add_argument("dir", type=Path)
+    report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
+    return p
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else local)")
+    p.add_argument("--max-trials", type=int, metavar="N",
+                   help="run at most N trials in this invocation, then stop resumably")
+
+
+def main(argv: list[str] | None = None) -> int:
+    stop = StopController()
+    stop.install()  # before anything slow: a Ctrl+C during start-up is a clean stop too
+    args = _parser().parse_args(argv)
+    from sweep.spec import SpecError
+
+    out = Console()
+    err = Console(stderr=True)
+    try:
+        if args.command == "report":
+            from sweep.report import report
+
+            return report(args.dir, args.top, out)
+        if args.max_trials is not None and args.max_trials < 1:
+            raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
+        from sweep.session import Session
+
+        session = (Session.start(args.spec, args.out, args.backend) if args.command == "run"
+                   else Session.reopen(args.dir, err))
+        return session.execute(args.address, args.max_trials, stop, out, err)
+    except SpecError as e:
+        err.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""What a person reads about a run: the end-of-run summary and `sweep report DIR`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+
+from sweep import EXIT_OK
+from sweep.tally import Tally
+
+
+def report(path: Path, top: int, out: Console) -> int:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sweep.rundir import RunDir
+    from sweep.spec import SpecError
+
+    run = RunDir(path)
+    if not run.trials.exists():
+        raise SpecError(f"{path}: no trials.parquet (resume the run to rebuild it)")
+    table = pq.read_table(run.trials)
+    meta = table.schema.metadata or {}
+    state = meta.get(b"state", b"?").decode()
+    counts = {d["values"]: d["counts"] for d in pc.value_counts(table["status"]).to_pylist()}
+    out.print(f"{path}: {state}, {table.num_rows} trials · "
+              + " · ".join(f"{k} {v}" for k, v in sorted(counts.items())), highlight=False, soft_wrap=True)
+    ok = table.filter(pc.equal(table["status"], "ok")).sort_by("latency_ms")
+    for row in ok.slice(0, top).to_pylist():
+        out.print(f"  #{row['index']:<6} {row['latency_ms']:.4g} ms "
+                  f"[{row['latency_p20_ms']:.4g}, {row['latency_p80_ms']:.4g}]  {row['config']}",
+                  highlight=False, markup=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def resume_command(path: Path) -> str:
+    return f"sweep resume {shlex.quote(str(path))}"
+
+
+def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
+                  elapsed_s: float) -> None:
+    counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
+    out.print(f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
+              f"{elapsed_s:.1f} s ({counts})", highlight=False, markup=False, soft_wrap=True)
+    if tally.best:
+        b = tally.best
+        out.print(f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
+                  f"{b.latency_ms:.4g} ms on {b.device}"
+                  + ("" if state == "complete" else " (partial)"), highlight=False, markup=False, soft_wrap=True)
+    else:
+        out.print("  best: none (no trial succeeded)", highlight=False, markup=False, soft_wrap=True)
+    out.print(f"  results: {path}/trials.parquet", highlight=False, markup=False, soft_wrap=True)
+    if state != "complete":
+        out.print(f"  resume with: {resume_command(path)}", highlight=False, markup=False, soft_wrap=True)
+
+

@@ -1,0 +1,164 @@
+"""One invocation of `sweep run` or `sweep resume`: validate, join Ray, drive, finalize.
+
+Everything that can be refused (spec, run directory, fingerprint) is checked before Ray
+starts; a signal at any point from start-up to the final write ends in a clean stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from actors.worker import WorkerSettings
+from storage.journal import Journal, read_attempts, read_journal
+from storage.snapshot import SnapshotError, read_snapshot, write_snapshot
+from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
+from sweep.driver import Driver, DriverFailed, Limits
+from sweep.progress import ProgressReporter
+from sweep.report import print_summary, resume_command
+from sweep.rundir import RunDir
+from sweep.space import Space
+from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
+from sweep.stop import StopController
+from sweep.tally import Tally
+
+# Batches big enough that Ray's per-call cost stays small next to the work they carry.
+TARGET_BATCH_S = 0.05
+
+
+@dataclass
+class Session:
+    spec: Spec
+    space: Space
+    path: Path
+    meta: dict[str, Any] | None  # the run's run.json when resuming
+
+    @classmethod
+    def start(cls, spec_path: Path, out: Path | None, backend: str | None) -> Session:
+        spec = load_spec(spec_path, backend=backend)
+        space = spec.expand()
+        path = out or rundir.default_out(spec)
+        if RunDir(path).holds_run():
+            raise SpecError(f"{path}: already holds a run; continue it with: "
+                            f"{resume_command(path)}")
+        return cls(spec, space, path, None)
+
+    @classmethod
+    def reopen(cls, path: Path, err: Console) -> Session:
+        run = RunDir(path)
+        meta = rundir.read_meta(run)
+        spec = load_spec(run.spec)
+        if spec.fingerprint != meta["fingerprint"]:
+            raise SpecError(f"{path}: the spec, kernel source or problem changed since this run "
+                            f"started (fingerprint {meta['fingerprint']}, now "
+                            f"{spec.fingerprint}); start a new run with sweep run")
+        space = spec.expand()
+        if len(space) != meta["total"]:
+            raise SpecError(f"{path}: the space now expands to {len(space)} configs, "
+                            f"the run has {meta['total']}")
+        if run.snapshot.exists():
+            try:
+                read_snapshot(run.snapshot)
+            except SnapshotError as e:
+                err.print(f"warning: {e}; rebuilding the run from the journal",
+                          highlight=False, markup=False)
+        return cls(spec, space, path, meta)
+
+    def execute(self, address: str | None, max_trials: int | None, stop: StopController,
+                out: Console, err: Console) -> int:
+        t0 = time.monotonic()
+        run = RunDir(self.path)
+        records = read_journal(run.journal) if self.meta else None
+        tally = Tally.from_journal(len(self.space), records) if records is not None \
+            else Tally(total=len(self.space))
+        if self.meta and tally.done == tally.total:
+            rundir.finalize(run, self.spec, self.space, tally, "complete")
+            out.print(f"{self.path}: already complete ({tally.total} trials); "
+                      "artefacts rewritten from the journal", highlight=False, markup=False)
+            return EXIT_OK
+
+        started_ray = self._connect(address, stop)
+        try:
+            backend = cluster.resolve_backend(self.spec)
+            check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
+            if self.meta and backend != self.meta["backend"]:
+                raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
+                                f"but this cluster resolves to {backend}; pass the same kind "
+                                "of cluster")
+            if stop.requested and not self.meta:
+                err.print("stopped before the run started; nothing was written",
+                          highlight=False, markup=False)
+                return stop.exit_code
+            if not self.meta:
+                run = rundir.create(self.path, self.spec, len(self.space), backend)
+            return self._drive(run, backend, tally, records, max_trials, stop, out, err, t0)
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+
+    def _connect(self, address: str | None, stop: StopController) -> bool:
+        try:
+            started = cluster.connect(address)
+        except SystemExit as e:  # Ray's own SIGTERM handler fires during its start-up
+            if e.code != signal.SIGTERM:
+                raise
+            stop.request(signal.SIGTERM)
+            started = cluster.connect(address)
+        stop.install()  # ray.init replaced our SIGTERM handler
+        return started
+
+    def _drive(self, run: RunDir, backend: str, tally: Tally, records: Any,
+               max_trials: int | None, stop: StopController, out: Console, err: Console,
+               t0: float) -> int:
+        spec = self.spec
+        done = records.column("index").to_numpy() if records is not None else np.empty(0, int)
+        todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True)
+        spent, deaths = read_attempts(run.attempts)
+        settings = WorkerSettings(
+            backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
+            warmup_ms=spec.timing.warmup_ms, rep_ms=spec.timing.rep_ms,
+            tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
+            seed=spec.run.seed,
+            simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"})
+        limits = Limits(
+            trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
+            drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
+            batch_size=_batch_size(spec, backend), max_trials=max_trials)
+
+        def snapshot() -> None:
+            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
+
+        snapshot()
+        state = "failed"
+        try:
+            with Journal(run.journal) as journal, Journal(run.attempts) as attempt_log, \
+                    ProgressReporter(tally, err) as progress:
+                driver = Driver(self.space, settings, cluster.placement(spec, backend), limits,
+                                journal, attempt_log, tally, todo.tolist(), spent, deaths,
+                                should_stop=lambda: stop.requested, on_snapshot=snapshot,
+                                observers=[progress])
+                driver.run()
+            state = "complete" if tally.done == tally.total else "interrupted"
+        except DriverFailed as e:
+            err.print(f"error: {e}", highlight=False, markup=False)
+        finally:
+            rundir.finalize(run, spec, self.space, tally, state)  # type: ignore[arg-type]
+        print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
+        if state == "failed":
+            return EXIT_FAILED
+        return stop.exit_code if stop.requested else EXIT_OK
+
+
+def _batch_size(spec: Spec, backend: str) -> int:
+    if backend != "simulate":
+        return 1  # real trials take far longer than a Ray round trip
+    per_trial_s = max(spec.simulate.trial_ms, 0.05) / 1e3
+    return int(min(64, max(1, TARGET_BATCH_S / per_trial_s)))
