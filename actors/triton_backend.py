@@ -34,16 +34,17 @@ def _error_text(e: BaseException) -> str:
 
 
 def _raised_by_triton_language(e: BaseException) -> bool:
-    """The interpreter wraps every error of a kernel body; one raised inside triton.language
-    (semantic checks such as a non-power-of-2 arange) is what the compiler would reject."""
-    language_dir = str(Path(__import__("triton.language").language.__file__).parent)
-    err: BaseException | None = e
-    while err is not None:
-        frames = traceback.extract_tb(err.__traceback__)
-        if any(f.filename.startswith(language_dir) for f in frames):
-            return True
-        err = err.__cause__
-    return False
+    """The interpreter wraps every error of a kernel body. One whose innermost frame lies in
+    triton.language (a semantic check, such as a non-power-of-2 arange) is what the compiler
+    would have rejected; anything else went wrong while running."""
+    import triton.language
+
+    language_dir = str(Path(triton.language.__file__).parent)
+    innermost = e
+    while innermost.__cause__ is not None:
+        innermost = innermost.__cause__
+    frames = traceback.extract_tb(innermost.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(language_dir)
 
 
 def _is_sticky_cuda_error(e: BaseException) -> bool:

@@ -80,12 +80,12 @@ def load_kernel(name: str) -> Kernel:
     return kernel
 
 
-def source_digest(kernel: Kernel) -> str:
-    """SHA-256 of the source file defining the kernel: an edit invalidates a resume."""
-    module = sys.modules[_defining_module(kernel)]
-    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
-
-
-def _defining_module(kernel: Kernel) -> str:
+def source_digest(name: str, kernel: Kernel) -> str:
+    """SHA-256 over the source of the module named in the spec and the module defining the
+    Triton function: an edit to either invalidates a resume."""
     fn = getattr(kernel.fn, "fn", kernel.fn)  # JITFunction wraps the Python function
-    return fn.__module__
+    modules = sorted({reference_of(name).partition(":")[0], fn.__module__})
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(inspect.getsource(sys.modules[module]).encode())
+    return digest.hexdigest()

@@ -8,14 +8,15 @@ stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
 from sweep import EXIT_BAD_INPUT
+from sweep.report import say
 from sweep.stop import StopController
-
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,9 +43,11 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # "module:attr" kernels resolve from here
     stop = StopController()
     stop.install()  # before anything slow: a Ctrl+C during start-up is a clean stop too
-    args = _parser().parse_args(argv)
     from sweep.spec import SpecError
 
     out = Console()
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                    else Session.reopen(args.dir, err))
         return session.execute(args.address, args.max_trials, stop, out, err)
     except SpecError as e:
-        err.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
+        say(err, f"error: {e}")
         return EXIT_BAD_INPUT
+    finally:
+        stop.restore()
 
 
 if __name__ == "__main__":

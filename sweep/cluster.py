@@ -17,7 +17,11 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    common = {"logging_level": "ERROR", "log_to_driver": False, "configure_logging": True}
+    # A user's "module:attr" kernel next to the spec must import in the workers as it does
+    # here (the CLI puts the working directory on sys.path, as uvicorn and pytest do).
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    common: dict = {"logging_level": "ERROR", "log_to_driver": False,
+                    "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
     if address:
         ray.init(address=address, **common)
     else:

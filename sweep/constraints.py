@@ -12,16 +12,31 @@ import functools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 Columns = Mapping[str, np.ndarray]
 Evaluator = Callable[[Columns], np.ndarray]
 
+def _by_nonzero(op: Callable) -> Callable:
+    """Division where a zero divisor gives NaN, which then fails every comparison: a
+    config whose constraint cannot be evaluated is left out rather than crashing."""
+
+    def divide(a: Any, b: Any) -> Any:
+        zero = np.asarray(b) == 0
+        if not zero.any():
+            return op(a, b)
+        safe = np.where(zero, 1, b).astype(float)
+        return np.where(zero, np.nan, op(np.asarray(a, dtype=float), safe))
+
+    return divide
+
+
 _BINARY: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Div: _by_nonzero(operator.truediv), ast.FloorDiv: _by_nonzero(operator.floordiv),
+    ast.Mod: _by_nonzero(operator.mod), ast.Pow: operator.pow,
 }
 _COMPARE: dict[type, Callable] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
@@ -74,7 +89,8 @@ def _compile(node: ast.AST, parameters: set[str] | frozenset[str], names: set[st
         return lambda cols: cols[name]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         op = _BINARY[type(node.op)]
-        left, right = _compile(node.left, parameters, names), _compile(node.right, parameters, names)
+        left = _compile(node.left, parameters, names)
+        right = _compile(node.right, parameters, names)
         return lambda cols: op(left(cols), right(cols))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         op = _UNARY[type(node.op)]

@@ -5,13 +5,16 @@ workers' generators) they are appended to the journal in one fsync'd write per l
 and only then counted. Because records stream, the driver knows which trial each worker is
 running and since when, so:
 - a trial past its timeout is recorded `timeout`, its worker killed and replaced;
-- a worker that dies is blamed on the trial it was running, which is re-run on a fresh
-  worker up to max_retries times and then recorded `crashed`; its other trials go back
-  to the front of the queue unharmed.
+- a worker that dies is blamed on the first trial it had not reported. Messages sent just
+  before a process dies can be lost, so that blame is only a suspicion: the suspect runs
+  again alone on a fresh worker ("probation"), where a death is certainly its own. A trial
+  whose worker died more than max_retries times, the last on probation, is `crashed`.
+  Every other unfinished trial goes back to the front of the queue unharmed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -64,6 +67,7 @@ class Limits:
 class _Batch:
     trials: list[Trial]
     gen: Any  # ray ObjectRefGenerator
+    probation: bool = False  # a lone suspect: a death now is certainly its own
     started: bool = False
     done: int = 0
     since: float = 0.0  # when the trial now running began, as the driver saw it
@@ -80,6 +84,10 @@ class _Slot:
     device: str = "unknown"
     node: str = "unknown"
     failed_starts: int = 0
+
+    @property
+    def on_probation(self) -> bool:
+        return any(b.probation for b in self.batches)
 
 
 class DriverFailed(Exception):
@@ -101,6 +109,8 @@ class Driver:
         self.tally = tally
         self.queue: deque[Trial] = deque((i, {}, spent.get(i, 0) + 1) for i in todo)
         self.deaths = dict(deaths)
+        # A trial whose worker died (possibly in an earlier session) runs alone next time.
+        self.probation: set[int] = set(deaths)
         self.should_stop = should_stop
         self.on_snapshot = on_snapshot
         self.observers = list(observers)
@@ -124,10 +134,8 @@ class Driver:
         return f"w{self._serial}"
 
     def _replace(self, slot: _Slot) -> None:
-        try:
+        with contextlib.suppress(RayError):
             ray.kill(slot.actor, no_restart=True)
-        except RayError:
-            pass
         slot.batches.clear()
         slot.name = self._next_name()
         slot.actor = self._new_actor(slot.name)
@@ -175,21 +183,32 @@ class Driver:
         return max(wait, 0.0)
 
     def _dispatch(self) -> None:
-        budget = self.limits.max_trials
         for slot in self.slots:
-            while self.queue and len(slot.batches) < self.limits.depth:
-                room = self.limits.batch_size
-                if budget is not None:
-                    room = min(room, budget - self.dispatched)
+            while self.queue and len(slot.batches) < self.limits.depth \
+                    and not slot.on_probation:
+                if self.queue[0][0] in self.probation:
+                    if slot.batches:
+                        break  # a suspect waits for an idle worker
+                    self._submit(slot, [self.queue.popleft()], probation=True)
+                    break
+                # Shrink batches as the queue drains, so every worker has work to the end.
+                share = -(-len(self.queue) // (len(self.slots) * self.limits.depth))
+                room = min(self.limits.batch_size, share)
+                if self.limits.max_trials is not None:
+                    room = min(room, self.limits.max_trials - self.dispatched)
                     if room <= 0:
                         return
-                trials = []
-                for _ in range(min(room, len(self.queue))):
-                    index, _, attempt = self.queue.popleft()
-                    trials.append((index, self.space.config(index), attempt))
-                self.dispatched += len(trials)
-                slot.batches.append(_Batch(trials, slot.actor.run.remote(trials),
-                                           since=time.time()))
+                trials: list[Trial] = []
+                while self.queue and len(trials) < room \
+                        and self.queue[0][0] not in self.probation:
+                    trials.append(self.queue.popleft())
+                self._submit(slot, trials)
+
+    def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
+        trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
+        self.dispatched += len(trials)
+        slot.batches.append(_Batch(trials, slot.actor.run.remote(trials), probation=probation,
+                                   since=time.time()))
 
     def _collect(self, gens: list[Any], wait_s: float) -> None:
         ready, _ = ray.wait(gens, num_returns=1, timeout=wait_s)
@@ -207,13 +226,15 @@ class Driver:
         try:
             ref = next(batch.gen)
         except StopIteration:
-            slot.batches.remove(batch)
-            self._requeue(batch.unfinished())  # only non-empty if the worker retired
+            if batch.unfinished():  # the stream ended early: the worker is gone
+                self._worker_died(slot, "worker ended its batch early")
+            else:
+                slot.batches.remove(batch)
             return
         try:
             message = ray.get(ref)
         except RayActorError as e:
-            self._worker_died(slot, f"worker died: {e}")
+            self._worker_died(slot, f"worker died: {e}", init_failed=e.actor_init_failed)
             return
         except RayError as e:  # an exception escaped the worker's loop: treat as a death
             self._worker_died(slot, f"worker failed: {e}")
@@ -225,6 +246,7 @@ class Driver:
         if isinstance(message, BatchStarted):
             batch.started, batch.since = True, now
         elif isinstance(message, TrialRecord):
+            self.probation.discard(message.index)
             batch.done += 1
             batch.since = now
             slot.device, slot.node, slot.failed_starts = message.device, message.node, 0
@@ -241,47 +263,54 @@ class Driver:
                 return batch if batch.started else None
         return None
 
-    def _drain_available(self, slot: _Slot) -> None:
-        """Take every message a worker already produced before we give up on it."""
+    def _drain_available(self, slot: _Slot, wait_s: float) -> None:
+        """Take every message a worker produced before we give up on it. A dead worker's
+        streams end in an error soon, so waiting a little finds where it really stopped;
+        a hung one's never end, so there we take only what has arrived."""
+        deadline = time.monotonic() + wait_s
         for batch in list(slot.batches):
             while batch in slot.batches:
-                ready, _ = ray.wait([batch.gen], timeout=0)
+                left = max(0.0, deadline - time.monotonic())
+                ready, _ = ray.wait([batch.gen], timeout=left)
                 if not ready:
                     break
                 try:
-                    ref = next(batch.gen)
-                    message = ray.get(ref, timeout=5)
+                    message = ray.get(next(batch.gen), timeout=5)
                 except StopIteration:
-                    slot.batches.remove(batch)
-                    break
+                    break  # its unfinished trials, if any, are still the slot's to requeue
                 except (RayError, GetTimeoutError):
                     return
                 self._deliver(slot, batch, message)
 
-    def _worker_died(self, slot: _Slot, why: str) -> None:
-        self._drain_available(slot)
-        running = self._running_batch(slot)
+    def _worker_died(self, slot: _Slot, why: str, init_failed: bool = False) -> None:
+        self._drain_available(slot, wait_s=5.0)
         rest = [t for b in slot.batches for t in b.unfinished()]
-        if running is None:
+        confirmed = slot.on_probation
+        since = next((b.since for b in slot.batches if b.unfinished()), time.time())
+        self._replace(slot)
+        if init_failed:
             slot.failed_starts += 1
             if slot.failed_starts >= 3:
-                raise DriverFailed(f"worker {slot.name} died 3 times before running a trial: "
-                                   f"{why[:500]}")
-            self._event(f"worker {slot.name} died before running a trial; replacing it")
-            self._replace(slot)
+                raise DriverFailed(f"a worker failed to start 3 times: {why[:1000]}")
+            self._event(f"a worker failed to start; replacing it: {why[:200]}")
             self._requeue(rest)
+            return
+        if not rest:
             return
         index, config, attempt = rest[0]
         self.deaths[index] = self.deaths.get(index, 0) + 1
         self._pending_attempts.append(encode_attempt(index, attempt, "died"))
-        self._event(f"worker {slot.name} died running trial {index} (attempt {attempt})")
-        self._replace(slot)
-        if self.deaths[index] > self.limits.max_retries:
-            self._record_failure(slot, index, config, attempt, running.since, TrialOutcome(
+        self._event(f"worker died running trial {index} (attempt {attempt}"
+                    f"{', alone' if confirmed else ''})")
+        if confirmed and self.deaths[index] > self.limits.max_retries:
+            self.probation.discard(index)
+            self._record_failure(slot, index, config, attempt, since, TrialOutcome(
                 "crashed", "skipped", error=why))
+            rest = rest[1:]
         else:
+            self.probation.add(index)
             rest[0] = (index, config, attempt + 1)
-        self._requeue(rest[1:] if self.deaths[index] > self.limits.max_retries else rest)
+        self._requeue(rest)
 
     def _check_timeouts(self) -> None:
         now = time.time()
@@ -289,7 +318,7 @@ class Driver:
             running = self._running_batch(slot)
             if running is None or now - running.since < self.limits.trial_timeout_s:
                 continue
-            self._drain_available(slot)
+            self._drain_available(slot, wait_s=0.0)
             running = self._running_batch(slot)
             if running is None or now - running.since < self.limits.trial_timeout_s:
                 continue
@@ -338,8 +367,6 @@ class Driver:
                 if running is not None:
                     index, _, attempt = running.unfinished()[0]
                     self._pending_attempts.append(encode_attempt(index, attempt, "interrupted"))
-            try:
+            with contextlib.suppress(RayError):
                 ray.kill(slot.actor, no_restart=True)
-            except RayError:
-                pass
         self._commit()

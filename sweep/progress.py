@@ -6,8 +6,16 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task,
-                           TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from storage.records import TrialRecord
@@ -20,8 +28,9 @@ class _Rate(ProgressColumn):
 
 
 def describe(tally: Tally) -> str:
-    best = f"best {tally.best.latency_ms:.4g} ms (#{tally.best.index})" if tally.best else "no best yet"
-    return f"{tally.failed} failed · {best}"
+    best = tally.best
+    best_text = f"best {best.latency_ms:.4g} ms (#{best.index})" if best else "no best yet"
+    return f"{tally.failed} failed · {best_text}"
 
 
 class ProgressReporter:

@@ -12,6 +12,11 @@ from sweep import EXIT_OK
 from sweep.tally import Tally
 
 
+def say(console: Console, text: str) -> None:
+    """Plain text: no markup, no highlighting, no wrapping (lines are grep-able)."""
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 def report(path: Path, top: int, out: Console) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -26,13 +31,12 @@ def report(path: Path, top: int, out: Console) -> int:
     meta = table.schema.metadata or {}
     state = meta.get(b"state", b"?").decode()
     counts = {d["values"]: d["counts"] for d in pc.value_counts(table["status"]).to_pylist()}
-    out.print(f"{path}: {state}, {table.num_rows} trials · "
-              + " · ".join(f"{k} {v}" for k, v in sorted(counts.items())), highlight=False, soft_wrap=True)
+    say(out, f"{path}: {state}, {table.num_rows} trials · "
+             + " · ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     ok = table.filter(pc.equal(table["status"], "ok")).sort_by("latency_ms")
     for row in ok.slice(0, top).to_pylist():
-        out.print(f"  #{row['index']:<6} {row['latency_ms']:.4g} ms "
-                  f"[{row['latency_p20_ms']:.4g}, {row['latency_p80_ms']:.4g}]  {row['config']}",
-                  highlight=False, markup=False, soft_wrap=True)
+        say(out, f"  #{row['index']:<6} {row['latency_ms']:.4g} ms "
+                 f"[{row['latency_p20_ms']:.4g}, {row['latency_p80_ms']:.4g}]  {row['config']}")
     return EXIT_OK
 
 
@@ -43,17 +47,17 @@ def resume_command(path: Path) -> str:
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
                   elapsed_s: float) -> None:
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
-    out.print(f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
-              f"{elapsed_s:.1f} s ({counts})", highlight=False, markup=False, soft_wrap=True)
+    say(out, f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
+             f"{elapsed_s:.1f} s ({counts})")
     if tally.best:
         b = tally.best
-        out.print(f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
-                  f"{b.latency_ms:.4g} ms on {b.device}"
-                  + ("" if state == "complete" else " (partial)"), highlight=False, markup=False, soft_wrap=True)
+        say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
+                 f"{b.latency_ms:.4g} ms on {b.device}"
+                 + ("" if state == "complete" else " (partial)"))
     else:
-        out.print("  best: none (no trial succeeded)", highlight=False, markup=False, soft_wrap=True)
-    out.print(f"  results: {path}/trials.parquet", highlight=False, markup=False, soft_wrap=True)
+        say(out, "  best: none (no trial succeeded)")
+    say(out, f"  results: {path}/trials.parquet")
     if state != "complete":
-        out.print(f"  resume with: {resume_command(path)}", highlight=False, markup=False, soft_wrap=True)
+        say(out, f"  resume with: {resume_command(path)}")
 
 

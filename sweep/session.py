@@ -21,7 +21,7 @@ from storage.snapshot import SnapshotError, read_snapshot, write_snapshot
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
 from sweep.driver import Driver, DriverFailed, Limits
 from sweep.progress import ProgressReporter
-from sweep.report import print_summary, resume_command
+from sweep.report import print_summary, resume_command, say
 from sweep.rundir import RunDir
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
@@ -66,8 +66,7 @@ class Session:
             try:
                 read_snapshot(run.snapshot)
             except SnapshotError as e:
-                err.print(f"warning: {e}; rebuilding the run from the journal",
-                          highlight=False, markup=False)
+                say(err, f"warning: {e}; rebuilding the run from the journal")
         return cls(spec, space, path, meta)
 
     def execute(self, address: str | None, max_trials: int | None, stop: StopController,
@@ -79,8 +78,8 @@ class Session:
             else Tally(total=len(self.space))
         if self.meta and tally.done == tally.total:
             rundir.finalize(run, self.spec, self.space, tally, "complete")
-            out.print(f"{self.path}: already complete ({tally.total} trials); "
-                      "artefacts rewritten from the journal", highlight=False, markup=False)
+            say(out, f"{self.path}: already complete ({tally.total} trials); "
+                      "artefacts rewritten from the journal")
             return EXIT_OK
 
         started_ray = self._connect(address, stop)
@@ -92,8 +91,7 @@ class Session:
                                 f"but this cluster resolves to {backend}; pass the same kind "
                                 "of cluster")
             if stop.requested and not self.meta:
-                err.print("stopped before the run started; nothing was written",
-                          highlight=False, markup=False)
+                say(err, "stopped before the run started; nothing was written")
                 return stop.exit_code
             if not self.meta:
                 run = rundir.create(self.path, self.spec, len(self.space), backend)
@@ -148,7 +146,7 @@ class Session:
                 driver.run()
             state = "complete" if tally.done == tally.total else "interrupted"
         except DriverFailed as e:
-            err.print(f"error: {e}", highlight=False, markup=False)
+            say(err, f"error: {e}")
         finally:
             rundir.finalize(run, spec, self.space, tally, state)  # type: ignore[arg-type]
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)

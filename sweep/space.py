@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sweep.constraints import Constraint
 from storage.records import canonical_json
+from sweep.constraints import Constraint
 
 Scalar = bool | int | float | str
 

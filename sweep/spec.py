@@ -210,7 +210,7 @@ def load_spec(path: str | Path, *, backend: str | None = None) -> Spec:
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
@@ -262,7 +262,7 @@ def load_spec(path: str | Path, *, backend: str | None = None) -> Spec:
             raise r.fail("kernel", str(e)) from None
         problem = _check_problem(r, kernel, problem, run.backend)
         _check_parameters(r, kernel, space)
-        kernel_source = source_digest(kernel)
+        kernel_source = source_digest(kernel_name, kernel)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
                 space=space, constraints=constraints, timing=timing, validation=validation,
                 run=run, simulate=simulate, kernel_source=kernel_source,

@@ -15,11 +15,19 @@ from types import FrameType
 class StopController:
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._previous: dict[int, object] = {}
 
     def install(self) -> None:
         """(Re)install the handlers; Ray's init replaces the SIGTERM one, so call it after."""
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)
+
+    def restore(self) -> None:
+        """Give the handlers back, for callers that run the CLI in-process (tests)."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        self._previous.clear()
 
     def request(self, signum: int) -> None:
         self.signum = self.signum or signum

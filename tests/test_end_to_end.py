@@ -1,0 +1,89 @@
+"""Real sweeps through a real local Ray instance: the quickstart under Triton's interpreter
+as a user runs it, and simulate-backend sweeps whose results are known in advance."""
+
+import json
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pyarrow.parquet as pq
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc
+
+from actors.simulate import draws
+from sweep.spec import load_spec
+
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+
+
+def test_quickstart_runs_real_kernels_and_writes_the_run_directory(tmp_path):
+    out = tmp_path / "qs"
+    result = sweep_proc("run", QUICKSTART, "--out", out, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "complete" in result.stdout and "best: #" in result.stdout
+
+    space = load_spec(QUICKSTART).expand()
+    table = pq.read_table(out / "trials.parquet")
+    rows = table.to_pylist()
+    assert [r["index"] for r in rows] == list(range(len(space)))
+    for r in rows:  # each row is the config its index names
+        assert json.loads(r["config"]) == space.config(r["index"])
+        assert {k: r[k] for k in space.names} == space.config(r["index"])
+    statuses = {r["index"]: r["status"] for r in rows}
+    assert {statuses[r["index"]] for r in rows if r["BLOCK_K"] == 48} == {"compile_error"}
+    assert {statuses[r["index"]] for r in rows if r["BLOCK_K"] != 48} == {"ok"}
+    assert all(r["validation"] == "passed" for r in rows if r["status"] == "ok")
+    assert {r["device"] for r in rows} == {"cpu-interpreter"}
+
+    meta = table.schema.metadata
+    assert json.loads(meta[b"versions"])["triton"]
+    assert json.loads(meta[b"spec"])["kernel"] == "matmul"
+    assert meta[b"fingerprint"].decode() == load_spec(QUICKSTART).fingerprint
+    assert (out / "spec.yaml").read_text() == QUICKSTART.read_text()
+
+    best = json.loads((out / "best.json").read_text())
+    ok = [r for r in rows if r["status"] == "ok"]
+    fastest = min(ok, key=lambda r: r["latency_ms"])
+    assert best["partial"] is False and best["index"] == fastest["index"]
+    assert best["latency_ms"] == fastest["latency_ms"]
+    snapshot = json.loads((out / "snapshot.json").read_text())["snapshot"]
+    assert snapshot["state"] == "complete" and snapshot["done"] == len(space)
+
+    # the table is plain Parquet for the usual readers
+    assert len(pd.read_parquet(out / "trials.parquet")) == len(space)
+    assert pl.read_parquet(out / "trials.parquet")["index"].to_list() == list(range(len(space)))
+    query = f"select count(*), min(latency_ms) from '{out / 'trials.parquet'}' where status='ok'"
+    assert duckdb.sql(query).fetchall() == [(len(ok), fastest["latency_ms"])]
+
+
+def test_simulated_sweep_records_every_config_once_in_index_order(ray_local, tmp_path):
+    space = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64], "stages": [1, 2, 3],
+             "layout": ["row", "col"]}
+    spec = simulate_spec(tmp_path / "s.yaml", space=space,
+                         constraints=["BLOCK_M * BLOCK_N <= 4096"],
+                         simulate={"workers": 3, "fail_rate": 0.1, "trial_ms": 0.5, "seed": 7})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    expanded = load_spec(spec).expand()
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert [r["index"] for r in rows] == list(range(len(expanded)))
+    for r in rows:
+        config = json.loads(r["config"])
+        assert config == expanded.config(r["index"])
+        fate, spread = draws(7, config)
+        assert r["status"] == ("compile_error" if fate < 0.1 else "ok")
+        if r["status"] == "ok":
+            assert r["latency_ms"] == 0.5 * (0.5 + spread)
+    # records arrived out of index order (three workers) and were put back in order
+    journal = [json.loads(line)["index"]
+               for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    assert sorted(journal) == list(range(len(expanded))) and journal != sorted(journal)
+    assert len({r["worker"] for r in rows}) == 3
+
+
+def test_report_summarises_a_finished_run(ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "s.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    capsys.readouterr()
+    assert sweep_cli("report", tmp_path / "run", "--top", "2") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{tmp_path / 'run'}: complete, 40 trials")
+    assert len(out) == 3 and out[1].lstrip().startswith("#")

@@ -1,0 +1,77 @@
+"""Each status, produced for real: Triton's interpreter for compile errors, wrong numbers
+and errors while running; the simulate backend's dying and hanging workers for crashed
+and timeout."""
+
+import json
+
+import pyarrow.parquet as pq
+from conftest import simulate_spec, sweep_cli, write_spec
+
+from actors.simulate import draws
+
+
+def test_real_triton_outcomes_map_to_their_statuses(ray_local, tmp_path):
+    spec = write_spec(tmp_path / "faulty.yaml", kernel="faulty_kernel:KERNEL",
+                      problem={"n": 300}, space={"BLOCK": [64, 48], "MODE": [0, 1, 2]},
+                      timing={"warmup_ms": 1, "rep_ms": 5},
+                      run={"backend": "interpret", "trial_timeout_s": 60})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    got = {(r["BLOCK"], r["MODE"]): (r["status"], r["validation"]) for r in rows}
+    assert got == {
+        (64, 0): ("ok", "passed"),
+        (64, 1): ("incorrect", "failed"),
+        (64, 2): ("runtime_error", "skipped"),
+        (48, 0): ("compile_error", "skipped"),
+        (48, 1): ("compile_error", "skipped"),
+        (48, 2): ("compile_error", "skipped"),
+    }
+    by_key = {(r["BLOCK"], r["MODE"]): r for r in rows}
+    assert by_key[(64, 0)]["latency_ms"] > 0 and by_key[(64, 0)]["error"] is None
+    assert "max abs error" in by_key[(64, 1)]["error"]
+    assert "ZeroDivisionError" in by_key[(64, 2)]["error"]
+    assert "power of 2" in by_key[(48, 0)]["error"]
+    assert all(r["latency_ms"] is None for r in rows if r["status"] != "ok")
+    assert {r["device"] for r in rows} == {"cpu-interpreter"}
+
+
+def test_validation_off_is_recorded_as_disabled_never_passed(ray_local, tmp_path):
+    spec = write_spec(tmp_path / "noval.yaml", kernel="faulty_kernel:KERNEL",
+                      problem={"n": 100}, space={"BLOCK": [64], "MODE": [1]},
+                      timing={"warmup_ms": 1, "rep_ms": 5}, validation="off",
+                      run={"backend": "interpret"})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    (row,) = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert (row["status"], row["validation"]) == ("ok", "disabled")
+
+
+def expected_status(config: dict, seed: int, fail: float, crash: float, hang: float) -> str:
+    fate, _ = draws(seed, config)
+    if fate < fail:
+        return "compile_error"
+    if fate < fail + crash:
+        return "crashed"
+    if fate < fail + crash + hang:
+        return "timeout"
+    return "ok"
+
+
+def test_dying_and_hanging_workers_end_as_crashed_and_timeout_rows(ray_local, tmp_path):
+    rates = {"fail_rate": 0.1, "crash_rate": 0.15, "hang_rate": 0.1}
+    spec = simulate_spec(tmp_path / "faults.yaml", space={"A": list(range(24))},
+                         simulate={"seed": 1, **rates},
+                         run={"trial_timeout_s": 1.5, "max_retries": 1})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert [r["index"] for r in rows] == list(range(24))
+    expected = [expected_status(json.loads(r["config"]), 1, rates["fail_rate"],
+                                rates["crash_rate"], rates["hang_rate"]) for r in rows]
+    assert [r["status"] for r in rows] == expected
+    assert {"crashed", "timeout", "ok", "compile_error"} <= set(expected)
+    for r in rows:
+        if r["status"] == "crashed":
+            assert r["attempt"] == 2 and "died" in r["error"]  # the first try, one retry
+        else:
+            assert r["attempt"] == 1
+        if r["status"] == "timeout":
+            assert "trial_timeout_s=1.5" in r["error"]
