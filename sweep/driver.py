@@ -154,7 +154,10 @@ class Driver:
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
                     self._dispatch()
-                gens = [b.gen for s in self.slots for b in s.batches]
+                # Once stopping, batches a worker has not begun are abandoned, not awaited:
+                # their trials were never acknowledged and run again on resume.
+                gens = [b.gen for s in self.slots for b in s.batches
+                        if stopping_at is None or b.started]
                 if not gens:
                     break
                 if stopping_at is not None and time.monotonic() >= stopping_at:

@@ -152,7 +152,8 @@ class Session:
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
         if state == "failed":
             return EXIT_FAILED
-        return stop.exit_code if stop.requested else EXIT_OK
+        # A signal that lands during the final write of a finished run changes nothing.
+        return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
 
 def _batch_size(spec: Spec, backend: str) -> int:
