@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="continue a stopped run in place")
     resume.add_argument("dir", type=Path)
     _cluster_args(resume)
+    best = sub.add_parser("best", help="the cached best configs for a spec's kernel and problem")
+    best.add_argument("spec", type=Path)
     report = sub.add_parser("report", help="summarise a run directory")
     report.add_argument("dir", type=Path)
     report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
@@ -40,6 +42,9 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else local)")
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this invocation, then stop resumably")
+    p.add_argument("--cache-partial", action="store_true",
+                   help="write an interrupted run's best to the best-config cache "
+                        "(marked partial); by default only a complete run's best goes there")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,13 +62,17 @@ def main(argv: list[str] | None = None) -> int:
             from sweep.report import report
 
             return report(args.dir, args.top, out)
+        if args.command == "best":
+            from sweep.report import cached_best
+
+            return cached_best(args.spec, out)
         if args.max_trials is not None and args.max_trials < 1:
             raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
         from sweep.session import Session
 
         session = (Session.start(args.spec, args.out, args.backend) if args.command == "run"
                    else Session.reopen(args.dir, err))
-        return session.execute(args.address, args.max_trials, stop, out, err)
+        return session.execute(args.address, args.max_trials, args.cache_partial, stop, out, err)
     except SpecError as e:
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT

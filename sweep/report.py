@@ -40,6 +40,22 @@ def report(path: Path, top: int, out: Console) -> int:
     return EXIT_OK
 
 
+def cached_best(spec_path: Path, out: Console) -> int:
+    from storage.cache import cache_dir, lookup
+    from sweep.spec import load_spec
+
+    spec = load_spec(spec_path)
+    entries = lookup(spec.kernel, spec.kernel_source, spec.problem)
+    if not entries:
+        say(out, f"no cached best for {spec.kernel} {json.dumps(dict(spec.problem))} "
+                 f"in {cache_dir()}")
+        return EXIT_OK
+    for e in sorted(entries, key=lambda e: (e.backend, e.device)):
+        say(out, f"{e.device} ({e.backend}): {json.dumps(dict(e.config), sort_keys=True)} "
+                 f"{e.latency_ms:.4g} ms{' (partial)' if e.partial else ''} from {e.run_dir}")
+    return EXIT_OK
+
+
 def resume_command(path: Path) -> str:
     return f"sweep resume {shlex.quote(str(path))}"
 

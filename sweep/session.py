@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 
 from actors.worker import WorkerSettings
+from storage import cache
 from storage.journal import Journal, read_attempts, read_journal
 from storage.snapshot import SnapshotError, read_snapshot, write_snapshot
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
@@ -69,8 +70,8 @@ class Session:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
         return cls(spec, space, path, meta)
 
-    def execute(self, address: str | None, max_trials: int | None, stop: StopController,
-                out: Console, err: Console) -> int:
+    def execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
+                stop: StopController, out: Console, err: Console) -> int:
         t0 = time.monotonic()
         run = RunDir(self.path)
         records = read_journal(run.journal) if self.meta else None
@@ -95,12 +96,26 @@ class Session:
                 return stop.exit_code
             if not self.meta:
                 run = rundir.create(self.path, self.spec, len(self.space), backend)
-            return self._drive(run, backend, tally, records, max_trials, stop, out, err, t0)
+            code = self._drive(run, backend, tally, records, max_trials, stop, out, err, t0)
+            state = "complete" if tally.done == tally.total else "interrupted"
+            if tally.best and (state == "complete" or cache_partial):
+                self._cache_best(tally, backend, partial=state != "complete")
+            return code
         finally:
             if started_ray:
                 import ray
 
                 ray.shutdown()
+
+    def _cache_best(self, tally: Tally, backend: str, partial: bool) -> None:
+        best = tally.best
+        assert best is not None
+        spec = self.spec
+        cache.store(cache.CacheEntry(
+            kernel=spec.kernel, kernel_source=spec.kernel_source, problem=dict(spec.problem),
+            backend=backend, device=best.device, config=best.config,
+            latency_ms=best.latency_ms, fingerprint=spec.fingerprint,
+            run_dir=str(self.path.resolve()), partial=partial, written_at=time.time()))
 
     def _connect(self, address: str | None, stop: StopController) -> bool:
         try:

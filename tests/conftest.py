@@ -15,6 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory):
+    """Keep the best-config cache of test runs out of the user's home."""
+    os.environ["SWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray instance shared by the in-process tests. Workers must import the

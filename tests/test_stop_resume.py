@@ -230,3 +230,25 @@ def test_resuming_a_complete_run_says_so_and_exits_0(ray_local, tmp_path, capsys
     assert sweep_cli("resume", out) == 0
     assert "already complete" in capsys.readouterr().out
     assert (out / "journal.jsonl").read_bytes() == journal
+
+
+def test_only_a_complete_run_reaches_the_best_config_cache_unless_asked(
+        ray_local, tmp_path, monkeypatch, capsys):
+    from storage.cache import lookup
+
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path / "cache"))
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
+    assert sweep_cli("run", spec, "--out", tmp_path / "a", "--max-trials", "20") == 0
+    assert lookup("matmul", "", {}) == []  # interrupted: not cached
+    assert sweep_cli("resume", tmp_path / "a", "--max-trials", "20", "--cache-partial") == 0
+    (entry,) = lookup("matmul", "", {})
+    assert entry.partial is True and entry.backend == "simulate"
+    assert sweep_cli("resume", tmp_path / "a") == 0
+    (entry,) = lookup("matmul", "", {})
+    best = json.loads((tmp_path / "a" / "best.json").read_text())
+    assert entry.partial is False and entry.config == best["config"]
+    assert entry.latency_ms == best["latency_ms"]
+    capsys.readouterr()
+    assert sweep_cli("best", spec) == 0
+    assert f"{best['latency_ms']:.4g} ms from {(tmp_path / 'a').resolve()}" in \
+        capsys.readouterr().out
