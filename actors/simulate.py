@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from actors.timing import Timing
 from storage.records import TrialOutcome, canonical_json
 
 
@@ -37,8 +38,12 @@ class SimulatedBackend:
         self.hang_rate = hang_rate
         self.seed = seed
 
-    def run_trial(self, config: Mapping[str, Any]) -> TrialOutcome:
-        fate, spread = draws(self.seed, config)
+    def latency_ms(self, config: Mapping[str, Any]) -> float:
+        return (self.trial_ms or 1.0) * (0.5 + draws(self.seed, config)[1])
+
+    def run_trial(self, config: Mapping[str, Any], seed: int = 0,
+                  compiled: object = None) -> TrialOutcome:
+        fate, _ = draws(self.seed, config)
         if fate < self.fail_rate:
             return TrialOutcome("compile_error", "skipped",
                                 error="simulated compile error (simulate.fail_rate)")
@@ -48,6 +53,11 @@ class SimulatedBackend:
             threading.Event().wait()  # never returns: the driver's timeout must catch it
         if self.trial_ms > 0:
             time.sleep(self.trial_ms / 1e3)
-        latency = (self.trial_ms or 1.0) * (0.5 + spread)
+        latency = self.latency_ms(config)
         return TrialOutcome("ok", "skipped", latency_ms=latency,
                             latency_p20_ms=latency * 0.98, latency_p80_ms=latency * 1.02)
+
+    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]:
+        """Simulated latencies carry no noise: re-timing gives them back unchanged."""
+        return [Timing(self.latency_ms(c), self.latency_ms(c), self.latency_ms(c))
+                for c in configs]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from actors.timing import time_cuda, time_wall
+from actors.compile_pool import Compiled
+from actors.timing import Timing, summarise, time_cuda, time_wall
 from kernels import Kernel
 from storage.records import TrialOutcome, clip_error
 
@@ -67,29 +68,41 @@ class TritonBackend:
         self.device = "cpu" if interpret else "cuda"
         self.device_name = ("cpu-interpreter" if interpret
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
-        self.inputs = kernel.make_inputs(problem, self.device, seed)
-        self.expected = kernel.reference(self.inputs, problem) if tolerance else None
-        self.args, self.out = kernel.launch_args(self.inputs, problem)
+        # Fixed inputs for re-timing finalists side by side; trials draw fresh ones.
+        self.args, self.out = kernel.launch_args(kernel.make_inputs(problem, self.device, seed),
+                                                 problem)
 
-    def run_trial(self, config: Mapping[str, Any]) -> TrialOutcome:
+    def run_trial(self, config: Mapping[str, Any], seed: int,
+                  compiled: Compiled | None = None) -> TrialOutcome:
+        """compiled: the compile pool's result, if it compiled this config ahead."""
         import torch
 
         fn = self.kernel.fn
         grid = self.kernel.grid(self.problem, config)
         compile_ms = None
-        if not self.interpret:
+        if compiled is not None:
+            if not compiled.ok:
+                status = "timeout" if compiled.timed_out else "compile_error"
+                return TrialOutcome(status, "skipped", error=clip_error(compiled.error),
+                                    compile_ms=compiled.compile_ms)
+            compile_ms = compiled.compile_ms
+        # Validate on fresh random inputs for every config: a config must compute the same
+        # function on any valid input, not on one lucky draw.
+        inputs = self.kernel.make_inputs(self.problem, self.device, seed)
+        args, out = self.kernel.launch_args(inputs, self.problem)
+        if compiled is None and not self.interpret:
             t0 = time.perf_counter()
             try:
-                fn.warmup(*self.args, grid=grid, **config)
+                fn.warmup(*args, grid=grid, **config)
             except Exception as e:
                 return TrialOutcome("compile_error", "skipped", error=_error_text(e))
             compile_ms = (time.perf_counter() - t0) * 1e3
 
         def launch() -> None:
-            fn[grid](*self.args, **config)
+            fn[grid](*args, **config)
 
         # NaN first, so output the kernel never wrote cannot pass as correct.
-        self.out.fill_(float("nan"))
+        out.fill_(float("nan"))
         try:
             launch()
             if not self.interpret:
@@ -100,20 +113,37 @@ class TritonBackend:
         validation = "disabled"
         if self.tolerance is not None:
             rtol, atol = self.tolerance
-            got = self.out.float()
-            if not torch.allclose(got, self.expected, rtol=rtol, atol=atol):
-                diff = (got - self.expected).abs().nan_to_num(float("inf")).max().item()
+            got, expected = out.float(), self.kernel.reference(inputs, self.problem).float()
+            if not torch.allclose(got, expected, rtol=rtol, atol=atol):
+                diff = (got - expected).abs().nan_to_num(float("inf")).max().item()
                 return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
                                     error=f"output differs from the reference: max abs error "
                                           f"{diff:.4g} (rtol={rtol}, atol={atol})")
             validation = "passed"
+            del got, expected
         try:
-            bench = time_wall if self.interpret else time_cuda
-            t = bench(launch, self.warmup_ms, self.rep_ms)
+            t = self._time(launch, self.warmup_ms, self.rep_ms)
         except Exception as e:
             return self._launch_failure(e, compile_ms, validation)
         return TrialOutcome("ok", validation, latency_ms=t.median_ms, latency_p20_ms=t.p20_ms,
                             latency_p80_ms=t.p80_ms, compile_ms=compile_ms)
+
+    def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float) -> Timing:
+        return (time_wall if self.interpret else time_cuda)(launch, warmup_ms, rep_ms)
+
+    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]:
+        """Time the finalists interleaved (A B C A B C ...) on the same inputs, so clock
+        drift and heat fall on all of them alike; each gets the median over rounds."""
+        launches = [self._launcher(c) for c in configs]
+        samples: list[list[float]] = [[] for _ in configs]
+        for _ in range(rounds):
+            for launch, got in zip(launches, samples):
+                got.append(self._time(launch, self.warmup_ms, self.rep_ms).median_ms)
+        return [summarise(s) for s in samples]
+
+    def _launcher(self, config: Mapping[str, Any]) -> Callable[[], None]:
+        fn, grid = self.kernel.fn, self.kernel.grid(self.problem, config)
+        return lambda: fn[grid](*self.args, **config)
 
     def _launch_failure(self, e: Exception, compile_ms: float | None,
                         validation: str = "skipped") -> TrialOutcome:

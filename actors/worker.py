@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from actors.compile_pool import Compiled
+from actors.timing import Timing
 from storage.records import TrialOutcome, TrialRecord
 
 
@@ -37,7 +39,10 @@ WorkerMessage = BatchStarted | TrialRecord | Retire
 class Backend(Protocol):
     device_name: str
 
-    def run_trial(self, config: Mapping[str, Any]) -> TrialOutcome: ...
+    def run_trial(self, config: Mapping[str, Any], seed: int,
+                  compiled: Compiled | None = None) -> TrialOutcome: ...
+
+    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]: ...
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class WorkerSettings:
     tolerance: tuple[float, float] | None
     seed: int
     simulate: Mapping[str, Any]
+    compile_workers: int = 0  # processes compiling ahead of the GPU (cuda backend only)
+    compile_timeout_s: float = 60.0
 
 
 def make_backend(settings: WorkerSettings) -> Backend:
@@ -73,7 +80,16 @@ def make_backend(settings: WorkerSettings) -> Backend:
 
 class TrialWorker:
     def __init__(self, settings: WorkerSettings, name: str) -> None:
+        self.pool = None
+        if settings.backend == "cuda" and settings.compile_workers > 0:
+            from actors.compile_pool import CompilePool
+
+            # Started first: its processes boot while this one sets up the GPU.
+            self.pool = CompilePool(settings.compile_workers, settings.kernel,
+                                    settings.problem, settings.seed,
+                                    settings.compile_timeout_s)
         self.backend = make_backend(settings)
+        self.seed = settings.seed
         self.name = name
         self.node = socket.gethostname()
 
@@ -84,12 +100,18 @@ class TrialWorker:
     def run(self, trials: list[tuple[int, dict[str, Any], int]]) -> Iterator[WorkerMessage]:
         from actors.triton_backend import ProcessPoisoned
 
+        if self.pool is not None:
+            for index, config, _ in trials:
+                self.pool.submit(index, config)
         yield BatchStarted()
         for index, config, attempt in trials:
             started = time.time()
             retire = None
             try:
-                outcome = self.backend.run_trial(config)
+                compiled = self.pool.result(index) if self.pool is not None else None
+                # Fresh inputs per config, the same for every attempt and every run.
+                seed = hash((self.seed, index)) & 0x7FFFFFFF
+                outcome = self.backend.run_trial(config, seed, compiled)
             except ProcessPoisoned as e:
                 outcome, retire = e.outcome, Retire(e.outcome.error or "sticky CUDA error")
             yield TrialRecord.from_outcome(
@@ -98,3 +120,6 @@ class TrialWorker:
             if retire is not None:
                 yield retire
                 return
+
+    def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
+        return self.backend.retime(configs, rounds)

@@ -118,21 +118,32 @@ def read_attempts(path: Path) -> tuple[dict[int, int], dict[int, int]]:
     return spent, deaths
 
 
-def read_journal(path: Path) -> pa.Table:
-    """Every durable record, once per index (the first wins), sorted by index."""
-    raw = _complete_part(path.read_bytes()) if path.exists() else b""
-    if not raw:
-        return JOURNAL_SCHEMA.empty_table()
-    try:
-        table = paj.read_json(
-            io.BytesIO(raw),
-            parse_options=paj.ParseOptions(explicit_schema=JOURNAL_SCHEMA,
-                                           unexpected_field_behavior="error"),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        table = _read_slowly(path, raw)
-    table = table.select(JOURNAL_SCHEMA.names)
-    return _first_per_index(table)
+def read_journal(path: Path, start: int = 0,
+                 before: pa.Table | None = None) -> tuple[pa.Table, int]:
+    """Every durable record from byte `start` on, after the records `before` (read earlier,
+    e.g. from the table), once per index (the first wins), sorted by index; and the byte
+    offset where the complete part of the journal ends."""
+    raw = b""
+    if path.exists():
+        with open(path, "rb") as f:
+            f.seek(start)
+            raw = _complete_part(f.read())
+    end = start + len(raw)
+    table = JOURNAL_SCHEMA.empty_table()
+    if raw:
+        try:
+            table = paj.read_json(
+                io.BytesIO(raw),
+                parse_options=paj.ParseOptions(explicit_schema=JOURNAL_SCHEMA,
+                                               unexpected_field_behavior="error"),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            table = _read_slowly(path, raw)
+        table = table.select(JOURNAL_SCHEMA.names)
+    if before is not None and before.num_rows:
+        table = pa.concat_tables([before.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA),
+                                  table])
+    return _first_per_index(table), end
 
 
 def _read_slowly(path: Path, raw: bytes) -> pa.Table:

@@ -67,7 +67,9 @@ def read_snapshot(path: Path) -> Snapshot:
         raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
 
 
-def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool) -> None:
+def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool,
+               finalists: list[dict[str, Any]] | None = None) -> None:
+    """finalists: the fastest few re-timed side by side, which chose `best` (may be empty)."""
     doc = {
         "config": best.config if best else None,
         "index": best.index if best else None,
@@ -75,5 +77,6 @@ def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool
         "device": best.device if best else None,
         "partial": partial,
         "fingerprint": fingerprint,
+        "finalists": finalists or [],
     }
     write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())  # "module:attr" kernels resolve from here
     stop = StopController()
     stop.install()  # before anything slow: a Ctrl+C during start-up is a clean stop too
+    from storage.journal import JournalError
     from sweep.spec import SpecError
 
     out = Console()
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         session = (Session.start(args.spec, args.out, args.backend) if args.command == "run"
                    else Session.reopen(args.dir, err))
         return session.execute(args.address, args.max_trials, args.cache_partial, stop, out, err)
-    except SpecError as e:
+    except (SpecError, JournalError) as e:
+        # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT
     finally:

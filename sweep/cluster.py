@@ -49,7 +49,10 @@ def placement(spec: Spec, backend: str) -> Placement:
     resources = ray.cluster_resources()
     if backend == "cuda":
         gpus = int(resources.get("GPU", 0))
-        return Placement(workers=min(cap or gpus, gpus), num_gpus=1, num_cpus=1)
+        # The node's other CPUs compile ahead of its GPUs: one for each worker itself.
+        per_gpu = int(resources.get("CPU", 1)) // max(gpus, 1)
+        return Placement(workers=min(cap or gpus, gpus), num_gpus=1, num_cpus=1,
+                         compile_workers=max(1, per_gpu - 1))
     cpus = max(1, int(resources.get("CPU", 1)))
     return Placement(workers=min(cap or cpus, cpus), num_cpus=1,
                      env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})

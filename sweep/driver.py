@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from actors.timing import Timing
 from actors.worker import BatchStarted, Retire, TrialWorker, WorkerSettings
 from storage.journal import Journal, append_records, encode_attempt
 from storage.records import TrialOutcome, TrialRecord
@@ -50,6 +51,7 @@ class Placement:
     num_gpus: float = 0.0
     num_cpus: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
+    compile_workers: int = 0  # compile processes per worker (cuda)
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ class Driver:
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> Ending:
+        if not self.queue:
+            return "complete"
         workers = min(self.placement.workers, max(1, len(self.queue)))
         self.slots = [_Slot(name, self._new_actor(name))
                       for name in (self._next_name() for _ in range(workers))]
@@ -168,11 +172,20 @@ class Driver:
                 if time.monotonic() - last_snapshot >= self.limits.snapshot_every_s:
                     self.on_snapshot()
                     last_snapshot = time.monotonic()
-        finally:
-            self._shutdown(cancelled=stopping_at is not None)
+        except BaseException:
+            self.close(cancelled=True)
+            raise
         if stopping_at is not None:
+            self.close(cancelled=True)
             return "stopped"
+        self._commit()
         return "budget" if self.queue else "complete"
+
+    def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
+        """Re-time finalists interleaved on one worker, so they share one device's
+        conditions. Call after a complete run, before close()."""
+        slot = self.slots[0] if self.slots else _Slot("retime", self._new_actor("retime"))
+        return ray.get(slot.actor.retime.remote(configs, rounds))
 
     def _wait_budget(self, stopping_at: float | None) -> float:
         wait = 0.25
@@ -362,7 +375,7 @@ class Driver:
         for observer in self.observers:
             observer.on_event(message)
 
-    def _shutdown(self, cancelled: bool) -> None:
+    def close(self, cancelled: bool = False) -> None:
         """Stop every worker; trials still running spend an attempt and run again later."""
         for slot in self.slots:
             if cancelled:
@@ -372,4 +385,5 @@ class Driver:
                     self._pending_attempts.append(encode_attempt(index, attempt, "interrupted"))
             with contextlib.suppress(RayError):
                 ray.kill(slot.actor, no_restart=True)
+        self.slots = []
         self._commit()

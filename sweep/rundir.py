@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import platform
+import threading
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.atomic import write_bytes_atomically
 from storage.journal import read_journal
 from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
-from storage.table import build_table, json_metadata, write_table
+from storage.table import build_table, json_metadata, records_from_table, write_table
 from sweep.space import Space
 from sweep.spec import Spec, SpecError
 from sweep.tally import Tally
@@ -108,17 +110,75 @@ def snapshot_of(spec: Spec, tally: Tally, state: RunState) -> Snapshot:
                     done=tally.done, counts=dict(tally.counts), best=tally.best)
 
 
-def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState) -> None:
-    """Rebuild trials.parquet from the journal, then best.json and snapshot.json."""
-    records = read_journal(run.journal)
+def load_records(run: RunDir, spec: Spec) -> tuple[pa.Table, int]:
+    """Every durable record: those already in trials.parquet (written at the last clean
+    stop, with the journal length it covers), then the journal from that point on. After
+    a SIGKILL, or if the table is stale or damaged, the whole journal is read."""
+    before, start = None, 0
+    if run.trials.exists():
+        try:
+            before, meta = records_from_table(run.trials)
+            start = int(meta["journal_bytes"])
+            if meta["fingerprint"] != spec.fingerprint or \
+                    start > run.journal.stat().st_size:
+                before, start = None, 0
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            before, start = None, 0
+    return read_journal(run.journal, start, before)
+
+
+def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None:
+    """Rebuild trials.parquet, whole and atomically, from the durable records."""
+    records, journal_bytes = load_records(run, spec)
     params = space.arrow_columns(records.column("index").to_numpy())
     devices = sorted(d for d in pc.unique(records.column("device")).to_pylist() if d)
     meta = json_metadata(
         fingerprint=spec.fingerprint, spec=spec_json(spec), versions=versions(),
-        devices=devices, state=state)
+        devices=devices, state=state, journal_bytes=str(journal_bytes))
     write_table(run.trials, build_table(records, params, meta))
-    write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete")
+
+
+def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
+             finalists: list[dict[str, Any]] | None = None) -> None:
+    """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
+    write_trials(run, spec, space, state)
+    write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
+               finalists=finalists or [])
     write_snapshot(run.snapshot, snapshot_of(spec, tally, state))
+
+
+class TableCheckpoint:
+    """Rewrites trials.parquet in the background now and then while a run goes on, so a
+    run killed with SIGKILL resumes from the table and a short journal tail instead of
+    parsing the whole journal (seconds at a million trials), and a person can read the
+    table mid-run. The cost is amortised: the next write waits at least `ratio` times as
+    long as the last one took."""
+
+    def __init__(self, run: RunDir, spec: Spec, space: Space, ratio: float = 20.0) -> None:
+        self.args = (run, spec, space, "running")
+        self.ratio = ratio
+        self._thread: threading.Thread | None = None
+        self._last_end = time.monotonic()
+        self._last_took = 0.0
+
+    def maybe_start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        if time.monotonic() - self._last_end < self.ratio * self._last_took:
+            return
+        self._thread = threading.Thread(target=self._write, name="table-checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        t0 = time.monotonic()
+        write_trials(*self.args)  # type: ignore[arg-type]
+        self._last_end = time.monotonic()
+        self._last_took = self._last_end - t0
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
 
 def spec_json(spec: Spec) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from rich.console import Console
 
 from actors.worker import WorkerSettings
 from storage import cache
-from storage.journal import Journal, read_attempts, read_journal
-from storage.snapshot import SnapshotError, read_snapshot, write_snapshot
+from storage.journal import Journal, read_attempts
+from storage.snapshot import Best, SnapshotError, read_snapshot, write_snapshot
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
-from sweep.driver import Driver, DriverFailed, Limits
+from sweep.driver import Driver, DriverFailed, Limits, Placement
 from sweep.progress import ProgressReporter
 from sweep.report import print_summary, resume_command, say
 from sweep.rundir import RunDir
@@ -39,6 +40,7 @@ class Session:
     space: Space
     path: Path
     meta: dict[str, Any] | None  # the run's run.json when resuming
+    snapshot_says_complete: bool = False
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None) -> Session:
@@ -63,28 +65,39 @@ class Session:
         if len(space) != meta["total"]:
             raise SpecError(f"{path}: the space now expands to {len(space)} configs, "
                             f"the run has {meta['total']}")
+        complete = False
         if run.snapshot.exists():
             try:
-                read_snapshot(run.snapshot)
+                complete = read_snapshot(run.snapshot).state == "complete"
             except SnapshotError as e:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
-        return cls(spec, space, path, meta)
+        return cls(spec, space, path, meta, complete)
 
     def execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
                 stop: StopController, out: Console, err: Console) -> int:
         t0 = time.monotonic()
         run = RunDir(self.path)
-        records = read_journal(run.journal) if self.meta else None
-        tally = Tally.from_journal(len(self.space), records) if records is not None \
-            else Tally(total=len(self.space))
-        if self.meta and tally.done == tally.total:
-            rundir.finalize(run, self.spec, self.space, tally, "complete")
-            say(out, f"{self.path}: already complete ({tally.total} trials); "
-                      "artefacts rewritten from the journal")
-            return EXIT_OK
-
-        started_ray = self._connect(address, stop)
+        tally = Tally(total=len(self.space))
+        records = None
+        if self.meta and self.snapshot_says_complete:
+            records = rundir.load_records(run, self.spec)[0]
+            tally = Tally.from_journal(len(self.space), records)
+            if tally.done == tally.total:
+                rundir.finalize(run, self.spec, self.space, tally, "complete")
+                say(out, f"{self.path}: already complete ({tally.total} trials); "
+                         "artefacts rewritten from the journal")
+                return EXIT_OK
+        # Reading a big journal and starting Ray both take seconds: do them side by side
+        # (Ray must start on this, the main thread: its processes die with the thread).
+        started_ray = False
         try:
+            with ThreadPoolExecutor(1) as pool:
+                loading = pool.submit(rundir.load_records, run, self.spec) if self.meta \
+                    else None
+                started_ray = self._connect(address, stop)
+                if loading is not None:
+                    records = loading.result()[0]
+                    tally = Tally.from_journal(len(self.space), records)
             backend = cluster.resolve_backend(self.spec)
             check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
             if self.meta and backend != self.meta["backend"]:
@@ -135,44 +148,77 @@ class Session:
         done = records.column("index").to_numpy() if records is not None else np.empty(0, int)
         todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True)
         spent, deaths = read_attempts(run.attempts)
+        placement = cluster.placement(spec, backend)
         settings = WorkerSettings(
             backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
             warmup_ms=spec.timing.warmup_ms, rep_ms=spec.timing.rep_ms,
             tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
             seed=spec.run.seed,
-            simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"})
+            simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},
+            compile_workers=placement.compile_workers,
+            compile_timeout_s=spec.run.trial_timeout_s)
         limits = Limits(
             trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
             drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
-            batch_size=_batch_size(spec, backend), max_trials=max_trials)
+            batch_size=_batch_size(spec, backend, placement), max_trials=max_trials)
+
+        checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
         def snapshot() -> None:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
+            checkpoint.maybe_start()
 
-        snapshot()
+        write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
         state = "failed"
+        finalists: list[dict[str, Any]] = []
         try:
             with Journal(run.journal) as journal, Journal(run.attempts) as attempt_log, \
                     ProgressReporter(tally, err) as progress:
-                driver = Driver(self.space, settings, cluster.placement(spec, backend), limits,
-                                journal, attempt_log, tally, todo.tolist(), spent, deaths,
+                driver = Driver(self.space, settings, placement, limits, journal, attempt_log,
+                                tally, todo.tolist(), spent, deaths,
                                 should_stop=lambda: stop.requested, on_snapshot=snapshot,
                                 observers=[progress])
-                driver.run()
+                try:
+                    if driver.run() == "complete" and not stop.requested:
+                        finalists = self._retime_finalists(driver, tally, progress)
+                finally:
+                    driver.close()
             state = "complete" if tally.done == tally.total else "interrupted"
         except DriverFailed as e:
             say(err, f"error: {e}")
         finally:
-            rundir.finalize(run, spec, self.space, tally, state)  # type: ignore[arg-type]
+            checkpoint.wait()
+            rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
+                            finalists)
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
         if state == "failed":
             return EXIT_FAILED
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
+    def _retime_finalists(self, driver: Driver, tally: Tally,
+                          progress: ProgressReporter) -> list[dict[str, Any]]:
+        """One pass picks winners by noise as much as by speed: re-time the fastest few
+        side by side and let that decide the best. Updates tally.best."""
+        leaders = tally.leaders(self.spec.run.finalists)
+        if len(leaders) < 2:
+            return []
+        progress.on_event(f"re-timing the {len(leaders)} fastest configs side by side")
+        timings = driver.retime([b.config for b in leaders], self.spec.run.finalist_rounds)
+        finalists = [{"index": b.index, "config": b.config, "sweep_latency_ms": b.latency_ms,
+                      "latency_ms": t.median_ms, "latency_p20_ms": t.p20_ms,
+                      "latency_p80_ms": t.p80_ms} for b, t in zip(leaders, timings)]
+        chosen = min(finalists, key=lambda f: (f["latency_ms"], f["index"]))
+        tally.best = Best(chosen["index"], chosen["config"], chosen["latency_ms"],
+                          leaders[0].device)
+        return finalists
 
-def _batch_size(spec: Spec, backend: str) -> int:
+
+def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
+    if backend == "cuda":
+        # Enough configs per batch that the compile pool works ahead of the GPU.
+        return 2 * max(1, placement.compile_workers)
     if backend != "simulate":
-        return 1  # real trials take far longer than a Ray round trip
+        return 1  # interpreted trials take far longer than a Ray round trip
     per_trial_s = max(spec.simulate.trial_ms, 0.05) / 1e3
     return int(min(64, max(1, TARGET_BATCH_S / per_trial_s)))

@@ -52,6 +52,8 @@ class RunOptions:
     drain_s: float = 3.0  # how long a stopped run waits for in-flight trials
     workers: int | None = None  # cap on actors; default: every GPU (or CPU) the cluster has
     seed: int = 0  # seed of the kernel's random inputs
+    finalists: int = 5  # the fastest few, re-timed side by side at the end (0: off)
+    finalist_rounds: int = 5
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,8 @@ _CHECKS: dict[type, dict[str, Check]] = {
         "trial_timeout_s": POSITIVE, "max_retries": COUNT, "snapshot_every_s": POSITIVE,
         "drain_s": NON_NEGATIVE, "workers": (lambda v: v is None or AT_LEAST_ONE[0](v),
                                              "an integer >= 1 or null"),
-        "seed": INTEGER,
+        "seed": INTEGER, "finalist_rounds": AT_LEAST_ONE,
+        "finalists": (lambda v: _is_int(v) and 0 <= v <= 16, "an integer from 0 to 16"),
     },
     SimulateOptions: {"workers": AT_LEAST_ONE, "trial_ms": NON_NEGATIVE, "fail_rate": FRACTION,
                       "crash_rate": FRACTION, "hang_rate": FRACTION, "seed": INTEGER},

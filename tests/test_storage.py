@@ -36,7 +36,7 @@ def test_journal_round_trips_records_sorted_by_index(tmp_path):
     with Journal(path) as j:
         append_records(j, [record(3), record(1, "compile_error")])
         append_records(j, [record(2, latency=0.5)])
-    table = read_journal(path)
+    table = read_journal(path)[0]
     assert table.column("index").to_pylist() == [1, 2, 3]
     assert table.column("status").to_pylist() == ["compile_error", "ok", "ok"]
     assert json.loads(table.column("config")[0].as_py()) == {"A": 1}
@@ -48,10 +48,10 @@ def test_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path):
         append_records(j, [record(0), record(1)])
     whole = path.read_bytes()
     path.write_bytes(whole + whole.splitlines(keepends=True)[0][:37])  # a crash mid-write
-    assert read_journal(path).column("index").to_pylist() == [0, 1]
+    assert read_journal(path)[0].column("index").to_pylist() == [0, 1]
     with Journal(path) as j:  # reopening cuts the torn bytes, so the next line starts clean
         append_records(j, [record(2)])
-    assert read_journal(path).column("index").to_pylist() == [0, 1, 2]
+    assert read_journal(path)[0].column("index").to_pylist() == [0, 1, 2]
     assert path.read_bytes().startswith(whole)
 
 
@@ -64,7 +64,7 @@ def test_journal_cut_at_any_byte_keeps_every_complete_record(tmp_path, cut):
     lines = raw.splitlines(keepends=True)
     cut_at = len(raw) - len(lines[-1]) + cut % len(lines[-1])
     path.write_bytes(raw[:cut_at])
-    assert read_journal(path).column("index").to_pylist() == [0, 1, 2, 3]
+    assert read_journal(path)[0].column("index").to_pylist() == [0, 1, 2, 3]
 
 
 def test_damage_before_the_last_line_is_reported_not_skipped(tmp_path):
@@ -74,14 +74,14 @@ def test_damage_before_the_last_line_is_reported_not_skipped(tmp_path):
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(lines[0] + b'{"index": 1, "sta\n' + lines[2])
     with pytest.raises(JournalError, match="line 2"):
-        read_journal(path)
+        read_journal(path)[0]
 
 
 def test_a_repeated_index_keeps_its_first_record(tmp_path):
     path = tmp_path / "j.jsonl"
     with Journal(path) as j:
         append_records(j, [record(5, latency=2.0), record(4), record(5, latency=9.0)])
-    table = read_journal(path)
+    table = read_journal(path)[0]
     assert table.column("index").to_pylist() == [4, 5]
     assert table.column("latency_ms").to_pylist() == [1.0, 2.0]
 
@@ -112,7 +112,7 @@ def test_table_is_in_index_order_with_the_designed_columns(tmp_path):
     path = tmp_path / "j.jsonl"
     with Journal(path) as j:
         append_records(j, shuffled)
-    records = read_journal(path)
+    records = read_journal(path)[0]
     table = build_table(records, space.arrow_columns(records.column("index").to_numpy()),
                         {"fingerprint": "abc"})
     write_table(tmp_path / "t.parquet", table)
