@@ -23,6 +23,7 @@ Config = Mapping[str, Any]
 BUILTIN = {
     "matmul": "kernels.matmul:KERNEL",
     "softmax": "kernels.softmax:KERNEL",
+    "faulty": "kernels.faulty:KERNEL",  # a copy whose MODE picks each failure, for tests
 }
 DTYPES = ("float16", "bfloat16", "float32")
 

@@ -41,6 +41,7 @@ class Snapshot:
     counts: dict[str, int]
     best: Best | None
     written_at: float = field(default_factory=time.time)
+    first_dispatch_at: float | None = None  # this session's first trial handed out
 
 
 def _checksum(body: dict[str, Any]) -> str:

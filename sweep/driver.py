@@ -118,6 +118,7 @@ class Driver:
         self.observers = list(observers)
         self.slots: list[_Slot] = []
         self.dispatched = 0
+        self.first_dispatch_at: float | None = None
         self._serial = 0
         self._pending_records: list[TrialRecord] = []
         self._pending_attempts: list[bytes] = []
@@ -223,6 +224,7 @@ class Driver:
     def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
         trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
         self.dispatched += len(trials)
+        self.first_dispatch_at = self.first_dispatch_at or time.time()
         slot.batches.append(_Batch(trials, slot.actor.run.remote(trials), probation=probation,
                                    since=time.time()))
 

@@ -105,9 +105,11 @@ def versions() -> dict[str, str]:
     return out
 
 
-def snapshot_of(spec: Spec, tally: Tally, state: RunState) -> Snapshot:
+def snapshot_of(spec: Spec, tally: Tally, state: RunState,
+                first_dispatch_at: float | None = None) -> Snapshot:
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
-                    done=tally.done, counts=dict(tally.counts), best=tally.best)
+                    done=tally.done, counts=dict(tally.counts), best=tally.best,
+                    first_dispatch_at=first_dispatch_at)
 
 
 def load_records(run: RunDir, spec: Spec) -> tuple[pa.Table, int]:
@@ -139,12 +141,13 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
 
 
 def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
-             finalists: list[dict[str, Any]] | None = None) -> None:
+             finalists: list[dict[str, Any]] | None = None,
+             first_dispatch_at: float | None = None) -> None:
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
     write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
                finalists=finalists or [])
-    write_snapshot(run.snapshot, snapshot_of(spec, tally, state))
+    write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at))
 
 
 class TableCheckpoint:

@@ -171,6 +171,7 @@ class Session:
         write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
         state = "failed"
         finalists: list[dict[str, Any]] = []
+        driver = None
         try:
             with Journal(run.journal) as journal, Journal(run.attempts) as attempt_log, \
                     ProgressReporter(tally, err) as progress:
@@ -189,7 +190,7 @@ class Session:
         finally:
             checkpoint.wait()
             rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
-                            finalists)
+                            finalists, driver.first_dispatch_at if driver else None)
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
         if state == "failed":
             return EXIT_FAILED

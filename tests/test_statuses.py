@@ -11,7 +11,7 @@ from actors.simulate import draws
 
 
 def test_real_triton_outcomes_map_to_their_statuses(ray_local, tmp_path):
-    spec = write_spec(tmp_path / "faulty.yaml", kernel="faulty_kernel:KERNEL",
+    spec = write_spec(tmp_path / "faulty.yaml", kernel="faulty",
                       problem={"n": 300}, space={"BLOCK": [64, 48], "MODE": [0, 1, 2]},
                       timing={"warmup_ms": 1, "rep_ms": 5},
                       run={"backend": "interpret", "trial_timeout_s": 60})
@@ -36,7 +36,7 @@ def test_real_triton_outcomes_map_to_their_statuses(ray_local, tmp_path):
 
 
 def test_validation_off_is_recorded_as_disabled_never_passed(ray_local, tmp_path):
-    spec = write_spec(tmp_path / "noval.yaml", kernel="faulty_kernel:KERNEL",
+    spec = write_spec(tmp_path / "noval.yaml", kernel="faulty",
                       problem={"n": 100}, space={"BLOCK": [64], "MODE": [1]},
                       timing={"warmup_ms": 1, "rep_ms": 5}, validation="off",
                       run={"backend": "interpret"})

@@ -1,7 +1,10 @@
-"""A test-only kernel whose MODE parameter picks an outcome, to pin each status down with
-real Triton: 0 copies correctly, 1 writes wrong numbers, 2 fails while running
-(a ZeroDivisionError in the kernel body), and a BLOCK that is not a power of two is
-rejected by Triton's language rules."""
+"""A copy kernel whose MODE parameter picks an outcome, to show and test how each is
+recorded with real Triton: 0 copies correctly, 1 writes wrong numbers (`incorrect`),
+2 fails while running under the interpreter (a ZeroDivisionError in the kernel body:
+`runtime_error`), 3 stores far out of bounds (on a GPU: an illegal memory access, which
+poisons the CUDA context: `crashed`; never use it on the CPU interpreter, where it would
+scribble over the worker's memory). A BLOCK that is not a power of two breaks Triton's
+language rules (`compile_error`)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ def scale_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
         x = x * 2
     if MODE == 2:
         x = x * (1 // (MODE - 2))
+    if MODE == 3:
+        tl.store(y_ptr + offs + (1 << 40), x, mask=mask)
     tl.store(y_ptr + offs, x, mask=mask)
 
 

@@ -1,0 +1,63 @@
+"""The cuda backend on a real GPU: compile pool, sticky CUDA errors, shared-memory limits.
+Skipped where no GPU is visible (CI); run on the GPU machine (see BENCHMARKS.md)."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, sweep_proc, write_spec
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+def test_quickstart_compiles_ahead_and_records_compile_errors_on_the_gpu(tmp_path):
+    out = tmp_path / "qs"
+    result = sweep_proc("run", ROOT / "configs" / "quickstart.yaml", "--out", out,
+                        "--backend", "cuda", timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = pq.read_table(out / "trials.parquet").to_pylist()
+    for r in rows:
+        expected = "compile_error" if r["BLOCK_K"] == 48 else "ok"
+        assert r["status"] == expected, r
+        assert "H" in r["device"] or "NVIDIA" in r["device"]
+        if r["status"] == "ok":
+            assert r["validation"] == "passed" and r["compile_ms"] > 0
+
+
+def test_an_illegal_memory_access_is_recorded_crashed_and_the_sweep_completes(tmp_path):
+    out = tmp_path / "faults"
+    result = sweep_proc("run", ROOT / "configs" / "faults-gpu.yaml", "--out", out,
+                        timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = pq.read_table(out / "trials.parquet").to_pylist()
+    got = {(r["BLOCK"], r["MODE"]): r for r in rows}
+    assert len(rows) == 9
+    for (block, mode), r in got.items():
+        if block == 48:
+            assert r["status"] == "compile_error", r
+        elif mode == 3:
+            assert r["status"] == "crashed", r
+            assert "illegal memory access" in r["error"], r["error"]
+        elif mode == 1:
+            assert (r["status"], r["validation"]) == ("incorrect", "failed"), r
+        else:
+            assert (r["status"], r["validation"]) == ("ok", "passed"), r
+    best = json.loads((out / "best.json").read_text())
+    assert best["config"]["MODE"] == 0 and best["partial"] is False
+
+
+def test_configs_beyond_shared_memory_are_compile_errors_not_crashes(tmp_path):
+    spec = write_spec(tmp_path / "smem.yaml", kernel="matmul",
+                      problem={"M": 1024, "N": 1024, "K": 1024, "dtype": "float16"},
+                      space={"BLOCK_M": [64, 256], "BLOCK_N": [64, 256], "BLOCK_K": [32, 256],
+                             "GROUP_M": [8], "num_warps": [4], "num_stages": [2, 6]},
+                      timing={"warmup_ms": 5, "rep_ms": 20}, run={"backend": "cuda"})
+    result = sweep_proc("run", spec, "--out", tmp_path / "run", timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    by_config = {(r["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"], r["num_stages"]): r for r in rows}
+    huge = by_config[(256, 256, 256, 6)]  # about 1.5 MB of shared memory
+    assert huge["status"] == "compile_error" and "resource" in huge["error"].lower(), huge
+    assert by_config[(64, 64, 32, 2)]["status"] == "ok"
+    assert {r["status"] for r in rows} <= {"ok", "compile_error"}
