@@ -43,7 +43,8 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
 
     kernel = load_kernel(spec["kernel"])
     problem = spec["problem"]
-    inputs = kernel.make_inputs(problem, "cuda", spec["seed"])
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    inputs = kernel.make_inputs(problem, device, spec["seed"])
     args, _ = kernel.launch_args(inputs, problem)
     outbox.send(("ready", None, None))
     while True:
@@ -89,6 +90,7 @@ class CompilePool:
         self._procs = [self._start() for _ in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
         self._done: dict[int, Compiled] = {}
+        self._retried: set[int] = set()
 
     @property
     def size(self) -> int:
@@ -97,17 +99,17 @@ class CompilePool:
     def _start(self) -> _Proc:
         # A plain subprocess rather than multiprocessing's spawn, which would re-import the
         # Ray worker's main script; its own session, so a kill reaches ptxas too.
-        to_child, from_parent = os.pipe()
-        from_child, to_parent = os.pipe()
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
         process = subprocess.Popen(
             [sys.executable, "-c", "import sys; from actors.compile_pool import serve; "
              "serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])",
-             str(from_parent), str(to_parent), self._spec],
-            pass_fds=(from_parent, to_parent), start_new_session=True)
-        os.close(from_parent)
-        os.close(to_parent)
-        return _Proc(process, Connection(from_child, writable=False),
-                     Connection(to_child, readable=False), since=time.monotonic())
+             str(child_reads), str(child_writes), self._spec],
+            pass_fds=(child_reads, child_writes), start_new_session=True)
+        os.close(child_reads)
+        os.close(child_writes)
+        return _Proc(process, Connection(parent_reads, writable=False),
+                     Connection(parent_writes, readable=False), since=time.monotonic())
 
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         self._queue.append((key, config))
@@ -123,10 +125,15 @@ class CompilePool:
         return self._done.pop(key)
 
     def _pump(self, wait_s: float) -> None:
-        for p in self._procs:
+        for i, p in enumerate(self._procs):
             if p.ready and p.task is None and self._queue:
                 p.task, p.since = self._queue.popleft(), time.monotonic()
-                p.inbox.send(p.task)
+                try:
+                    p.inbox.send(p.task)
+                except OSError:  # it died while idle: the task was never its fault
+                    self._queue.appendleft(p.task)
+                    p.task = None
+                    self._replace(i, "the compile process died")
         ready = wait([p.conn for p in self._procs], timeout=wait_s)
         for i, p in enumerate(self._procs):
             if p.conn in ready:
@@ -150,8 +157,15 @@ class CompilePool:
     def _replace(self, i: int, why: str, timed_out: bool = False) -> None:
         p = self._procs[i]
         if p.task is not None:
-            ms = (time.monotonic() - p.since) * 1e3
-            self._done[p.task[0]] = Compiled(False, ms, why, timed_out=timed_out)
+            key = p.task[0]
+            if not timed_out and key not in self._retried:
+                # A death may not be this config's doing (the process may have died
+                # before reading it): one more try before the config takes the blame.
+                self._retried.add(key)
+                self._queue.appendleft(p.task)
+            else:
+                ms = (time.monotonic() - p.since) * 1e3
+                self._done[key] = Compiled(False, ms, why, timed_out=timed_out)
         _kill(p)
         self._procs[i] = self._start()
 
