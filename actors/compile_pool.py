@@ -124,6 +124,10 @@ class CompilePool:
             self._pump(0.05)
         return self._done.pop(key)
 
+    def wait_ready(self) -> None:
+        while not all(p.ready for p in self._procs):
+            self._pump(0.05)
+
     def _pump(self, wait_s: float) -> None:
         for i, p in enumerate(self._procs):
             if p.ready and p.task is None and self._queue:

@@ -94,6 +94,9 @@ class TrialWorker:
         self.node = socket.gethostname()
 
     def info(self) -> dict[str, Any]:
+        """Who and where; answers once the worker, its compile pool included, is ready."""
+        if self.pool is not None:
+            self.pool.wait_ready()
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
                 "pid": os.getpid()}
 

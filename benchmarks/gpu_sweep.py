@@ -41,7 +41,7 @@ def sweep(spec: dict, tmp: Path, name: str, cache: Path) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "RAY_USAGE_STATS_ENABLED": "0"}
     t0 = time.time()
     proc = subprocess.run([sys.executable, "-m", "sweep.cli", "run", spec_path, "--out", out],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     wall = time.time() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -141,16 +141,24 @@ def main() -> None:
     base = yaml.safe_load((ROOT / "configs" / "matmul.yaml").read_text())
     space_a = load_spec(ROOT / "configs" / "matmul.yaml").expand()
     configs_a = [space_a.config(i) for i in range(len(space_a))]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"gpu_sweep-{result['date'][:10]}.json"
+
+    def save() -> None:  # after each part, so a run cut short still leaves its numbers
+        path.write_text(json.dumps(result, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         if "a" in args.only:
             a = result["a"] = {}
             a["autotune_1gpu"] = autotune_baseline(configs_a, tmp / "cache-autotune")
             print("autotune", json.dumps(a["autotune_1gpu"]), flush=True)
+            save()
             for gpus in (1, 2):
                 spec = {**base, "run": {**base["run"], "workers": gpus}}
                 a[f"sweep_{gpus}gpu"] = sweep(spec, tmp, f"a{gpus}", tmp / f"cache-a{gpus}")
                 print(f"a {gpus} GPU", a[f"sweep_{gpus}gpu"]["sweep_s"], flush=True)
+                save()
             for repeat in (2, 3):
                 spec = {**base, "run": {**base["run"], "workers": 2}}
                 a[f"sweep_2gpu_repeat{repeat}"] = sweep(spec, tmp, f"a2r{repeat}",
@@ -159,7 +167,9 @@ def main() -> None:
             device = device_measurements([json.loads(r["config"]) for r in ok])
             device["retimed_indices"] = [r["index"] for r in ok]
             result["device"] = device
-            print("device", {k: v for k, v in device.items() if k != "retimed_all"}, flush=True)
+            print("device", {k: v for k, v in device.items()
+                             if k not in ("retimed_all", "retimed_indices")}, flush=True)
+            save()
         if "b" in args.only:
             space_b = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 48, 64, 128, 256],
                        "BLOCK_K": [32, 64, 128], "GROUP_M": [8], "num_warps": [4, 8],
@@ -175,15 +185,14 @@ def main() -> None:
                 b[f"sweep_{gpus}gpu"] = sweep(spec, tmp, f"b{gpus}", tmp / f"cache-b{gpus}")
                 print(f"b {gpus} GPU", b[f"sweep_{gpus}gpu"]["sweep_s"],
                       b[f"sweep_{gpus}gpu"]["counts"], flush=True)
+                save()
         if "c" in args.only:
             soft = yaml.safe_load((ROOT / "configs" / "softmax.yaml").read_text())
             soft["problem"] = {"rows": 16384, "cols": 16384, "dtype": "float16"}
             soft["run"] = {"backend": "cuda", "workers": 2}
             result["c"] = sweep(soft, tmp, "softmax", tmp / "cache-c")
             print("c", result["c"]["sweep_s"], result["c"]["best"], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gpu_sweep-{result['date'][:10]}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    save()
     print(f"written {path}")
 
 

@@ -150,6 +150,11 @@ class Driver:
         workers = min(self.placement.workers, max(1, len(self.queue)))
         self.slots = [_Slot(name, self._new_actor(name))
                       for name in (self._next_name() for _ in range(workers))]
+        # Hand out work once workers are up (GPU context, compile pool), so a trial's clock
+        # and the sweep's first dispatch start with real work; a worker that fails to
+        # start shows up as a death on its first batch.
+        ray.wait([s.actor.info.remote() for s in self.slots], num_returns=len(self.slots),
+                 timeout=self.limits.trial_timeout_s)
         last_snapshot = time.monotonic()
         stopping_at: float | None = None
         try:

@@ -53,7 +53,7 @@ class RunOptions:
     workers: int | None = None  # cap on actors; default: every GPU (or CPU) the cluster has
     seed: int = 0  # seed of the kernel's random inputs
     finalists: int = 5  # the fastest few, re-timed side by side at the end (0: off)
-    finalist_rounds: int = 5
+    finalist_rounds: int = 3
 
 
 @dataclass(frozen=True)
