@@ -35,8 +35,10 @@ def test_a_killed_compile_process_is_replaced(pool):
     assert pool.result(0).ok
     victim = pool._procs[0].process.pid
     os.killpg(victim, signal.SIGKILL)
+    pool._procs[0].process.wait()  # dead before the next task is handed to it
     for key in range(1, 4):
         pool.submit(key, CONFIG)
-    assert all(pool.result(key).ok for key in range(1, 4))
+    results = [pool.result(key) for key in range(1, 4)]
+    assert all(r.ok for r in results), results
     assert victim not in {p.process.pid for p in pool._procs}
     assert pool.size == 2
