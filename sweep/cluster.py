@@ -17,15 +17,17 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    # A user's "module:attr" kernel next to the spec must import in the workers as it does
-    # here (the CLI puts the working directory on sys.path, as uvicorn and pytest do).
-    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
-    common: dict = {"logging_level": "ERROR", "log_to_driver": False,
-                    "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+    common: dict = {"logging_level": "ERROR", "log_to_driver": False}
     if address:
         ray.init(address=address, **common)
-    else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
+        return True
+    # A user's "module:attr" kernel next to the spec must import in the workers as it does
+    # here (the CLI puts the working directory on sys.path, as uvicorn and pytest do). A
+    # local instance's workers inherit this environment; setting it here rather than as a
+    # runtime_env spares every worker Ray's runtime-env set-up.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
     return True
 
 

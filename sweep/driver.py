@@ -386,6 +386,10 @@ class Driver:
         """Stop every worker; trials still running spend an attempt and run again later."""
         for slot in self.slots:
             if cancelled:
+                # Take what already arrived first: records are real results, and a batch
+                # the worker began counts its running trial as an attempt spent.
+                with contextlib.suppress(RayError):
+                    self._drain_available(slot, wait_s=0.0)
                 running = self._running_batch(slot)
                 if running is not None:
                     index, _, attempt = running.unfinished()[0]

@@ -138,6 +138,9 @@ class Session:
                 raise
             stop.request(signal.SIGTERM)
             started = cluster.connect(address)
+        except ConnectionError as e:
+            where = address or "RAY_ADDRESS"
+            raise SpecError(f"--address: cannot reach a Ray cluster at {where} ({e})") from None
         stop.install()  # ray.init replaced our SIGTERM handler
         return started
 
