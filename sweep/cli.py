@@ -7,16 +7,23 @@ stdout.
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from pathlib import Path
-
-from rich.console import Console
-
-from sweep import EXIT_BAD_INPUT
-from sweep.report import say
 from sweep.stop import StopController
+
+# First thing, before the slower imports below: a Ctrl+C or SIGTERM from here on is a clean
+# stop. (One that lands while Python itself starts still ends the process the default way,
+# with nothing written.)
+STOP = StopController()
+STOP.install()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from rich.console import Console  # noqa: E402
+
+from sweep import EXIT_BAD_INPUT  # noqa: E402
+from sweep.report import say  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # "module:attr" kernels resolve from here
-    stop = StopController()
-    stop.install()  # before anything slow: a Ctrl+C during start-up is a clean stop too
+    stop = STOP
+    stop.install()  # again: an in-process caller (tests) may run main() more than once
     from storage.journal import JournalError
     from sweep.spec import SpecError
 

@@ -153,8 +153,10 @@ class Driver:
         # Hand out work once workers are up (GPU context, compile pool), so a trial's clock
         # and the sweep's first dispatch start with real work; a worker that fails to
         # start shows up as a death on its first batch.
-        ray.wait([s.actor.info.remote() for s in self.slots], num_returns=len(self.slots),
-                 timeout=self.limits.trial_timeout_s)
+        pending = [s.actor.info.remote() for s in self.slots]
+        deadline = time.monotonic() + self.limits.trial_timeout_s
+        while pending and not self.should_stop() and time.monotonic() < deadline:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
         last_snapshot = time.monotonic()
         stopping_at: float | None = None
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ray.exceptions import RayError
 from rich.console import Console
 
 from actors.worker import WorkerSettings
@@ -208,7 +209,12 @@ class Session:
         if len(leaders) < 2:
             return []
         progress.on_event(f"re-timing the {len(leaders)} fastest configs side by side")
-        timings = driver.retime([b.config for b in leaders], self.spec.run.finalist_rounds)
+        try:
+            timings = driver.retime([b.config for b in leaders],
+                                    self.spec.run.finalist_rounds)
+        except RayError as e:  # the sweep's own best stands; nothing is lost
+            progress.on_event(f"re-timing failed, keeping the sweep's best: {str(e)[:200]}")
+            return []
         finalists = [{"index": b.index, "config": b.config, "sweep_latency_ms": b.latency_ms,
                       "latency_ms": t.median_ms, "latency_p20_ms": t.p20_ms,
                       "latency_p80_ms": t.p80_ms} for b, t in zip(leaders, timings)]

@@ -76,6 +76,7 @@ def interrupt_then_finish(tmp_path: Path, sig: int, delays: list[float]) -> list
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
     out = tmp_path / "run"
     for delay in delays:
+        before = {p.name: p.stat().st_size for p in out.iterdir()} if out.exists() else {}
         proc = start(run_or_resume(spec, out), out)
         time.sleep(delay)  # the random moment of the signal, not a synchronisation
         os.killpg(proc.pid, sig)
@@ -83,6 +84,11 @@ def interrupt_then_finish(tmp_path: Path, sig: int, delays: list[float]) -> list
         stderr = stderr_of(out)
         if sig == signal.SIGKILL:
             assert proc.returncode == -signal.SIGKILL
+        elif proc.returncode == -sig:
+            # landed while Python itself was starting, before any handler could exist:
+            # then nothing of ours ran, and nothing was written
+            after = {p.name: p.stat().st_size for p in out.iterdir()} if out.exists() else {}
+            assert after == before, stderr
         else:
             # finished before the signal landed, or stopped by it
             assert proc.returncode in (0, 128 + sig), stderr
