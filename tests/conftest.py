@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -23,16 +22,11 @@ def private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """A real local Ray instance shared by the in-process tests. Workers must import the
-    test-only kernels in tests/, so it goes on their PYTHONPATH."""
+    """A real local Ray instance (2 CPUs) shared by the in-process tests."""
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
 
