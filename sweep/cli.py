@@ -59,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # "module:attr" kernels resolve from here
     stop = STOP
-    stop.install()  # again: an in-process caller (tests) may run main() more than once
+    # Again, for an in-process caller (tests) that restored the handlers after a former
+    # call. The command itself keeps them to the end: a signal while Python shuts down
+    # must not turn a finished run into a KeyboardInterrupt.
+    stop.install()
     from storage.journal import JournalError
     from sweep.spec import SpecError
 
@@ -85,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT
-    finally:
-        stop.restore()
 
 
 if __name__ == "__main__":

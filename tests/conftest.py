@@ -47,10 +47,14 @@ def simulate_spec(path: Path, *, space: dict | None = None, simulate: dict | Non
 
 
 def sweep_cli(*args: str | Path) -> int:
-    """The CLI in this process (sharing the session's Ray)."""
-    from sweep.cli import main
+    """The CLI in this process (sharing the session's Ray); pytest's own signal handlers
+    are given back afterwards."""
+    from sweep.cli import STOP, main
 
-    return main([str(a) for a in args])
+    try:
+        return main([str(a) for a in args])
+    finally:
+        STOP.restore()
 
 
 def sweep_proc(*args: str | Path, cwd: Path = ROOT, timeout: float = 120,
