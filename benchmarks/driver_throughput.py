@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -26,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweep.rundir import versions  # noqa: E402
+from benchmarks import record  # noqa: E402
 
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 ADDRESS = "127.0.0.1:6392"
@@ -74,15 +72,7 @@ def main() -> None:
                 print(json.dumps(runs[-1]), flush=True)
     finally:
         subprocess.run([ray_cli, "stop", "--force"], env=ENV, capture_output=True)
-    result = {"benchmark": "driver_throughput",
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"cpu": platform.processor() or platform.machine(),
-                          "cores": os.cpu_count(), "system": platform.platform()},
-              "versions": versions(), "runs": runs}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"driver_throughput-{result['date'][:10]}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {path}")
+    print(f"written {record.write({**record.header('driver_throughput'), 'runs': runs}, args.out)}")
 
 
 if __name__ == "__main__":

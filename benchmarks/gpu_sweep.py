@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -131,21 +130,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--only", default="abc")
     args = ap.parse_args()
-    from sweep.rundir import versions
+    from benchmarks import record
     from sweep.spec import load_spec
 
-    result: dict = {"benchmark": "gpu_sweep",
-                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "machine": {"system": platform.platform(), "cpus": os.cpu_count()},
-                    "versions": versions()}
+    result = record.header("gpu_sweep")
     base = yaml.safe_load((ROOT / "configs" / "matmul.yaml").read_text())
     space_a = load_spec(ROOT / "configs" / "matmul.yaml").expand()
     configs_a = [space_a.config(i) for i in range(len(space_a))]
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gpu_sweep-{result['date'][:10]}.json"
-
     def save() -> None:  # after each part, so a run cut short still leaves its numbers
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        record.write(result, args.out)
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -192,8 +185,7 @@ def main() -> None:
             soft["run"] = {"backend": "cuda", "workers": 2}
             result["c"] = sweep(soft, tmp, "softmax", tmp / "cache-c")
             print("c", result["c"]["sweep_s"], result["c"]["best"], flush=True)
-    save()
-    print(f"written {path}")
+    print(f"written {record.write(result, args.out)}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweep.rundir import versions  # noqa: E402
+from benchmarks import record  # noqa: E402
 
 SPECS = ("configs/quickstart.yaml", "configs/simulate-10k.yaml")
 
@@ -43,11 +42,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    result: dict = {"benchmark": "readme_commands",
-                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "machine": {"cpu": platform.processor() or platform.machine(),
-                                "cores": os.cpu_count(), "system": platform.platform()},
-                    "versions": versions(), "specs": {}}
+    result = {**record.header("readme_commands"), "specs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for spec in SPECS:
             runs = [timed_run(spec, Path(tmp) / f"{Path(spec).stem}-{i}")
@@ -57,10 +52,7 @@ def main() -> None:
                 "median_command_s": statistics.median(r["command_s"] for r in runs),
                 "median_sweep_s": statistics.median(r["sweep_s"] for r in runs)}
             print(spec, json.dumps(result["specs"][spec]), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"readme_commands-{result['date'][:10]}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {path}")
+    print(f"written {record.write(result, args.out)}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -36,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actors.simulate import SimulatedBackend  # noqa: E402
+from benchmarks import record  # noqa: E402
 from storage.journal import Journal, append_records  # noqa: E402
 from storage.records import TrialRecord  # noqa: E402
-from sweep.rundir import versions  # noqa: E402
 from sweep.spec import load_spec  # noqa: E402
 
 # The benchmark's own Ray head listens on loopback only, without Ray 2.60's token auth.
@@ -166,11 +165,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        result = {"benchmark": "stop_resume",
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "machine": {"cpu": platform.processor() or platform.machine(),
-                              "cores": os.cpu_count(), "system": platform.platform()},
-                  "versions": versions()}
+        result = record.header("stop_resume")
         result["sigint_to_snapshot"] = sigint_to_snapshot(tmp, args.repeats)
         print(json.dumps(result["sigint_to_snapshot"]), flush=True)
         _, out = build_million(tmp)
@@ -207,10 +202,7 @@ def main() -> None:
                                     "running_ray": {"after_clean_stop": running_stop,
                                                     "after_sigkill": running_kill},
                                     "baseline_ray_start_and_4_actors_s": baseline}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"stop_resume-{result['date'][:10]}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {path}")
+    print(f"written {record.write(result, args.out)}")
 
 
 if __name__ == "__main__":

@@ -58,11 +58,6 @@ def write_table(path, table: pa.Table) -> None:
     replace_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
-def table_metadata(table_path) -> dict[str, str]:
-    meta = pq.read_schema(table_path).metadata or {}
-    return {k.decode(): v.decode() for k, v in meta.items()}
-
-
 def json_metadata(**values: object) -> dict[str, str]:
     """Parquet key-value metadata holds strings: structured values go in as JSON."""
     return {k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
