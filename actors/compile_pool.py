@@ -4,8 +4,12 @@ Compiling is most of an autotuner's time, so a GPU worker keeps a pool of proces
 compile the configs it will time next (Triton's `warmup`, which compiles without
 launching) while it times the current one; its own first launch then loads the binary from
 Triton's on-disk cache, shared by every process of the user on the node. A compile past
-its limit is killed with its whole process group (Triton runs ptxas as a child) and the
-process replaced.
+its limit is killed with its whole process group and the process replaced.
+
+Besides the configs its worker will time (`submit`), the pool takes hints of configs the
+sweep will hand out soon to some worker (`hint`): idle processes compile those into the
+shared cache. Without them a few slow compiles at the end of a sweep, handed out one at a
+time as the queue drains, run one after another while the rest of the pool idles.
 """
 
 from __future__ import annotations
@@ -13,16 +17,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
+import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
+
+from actors import child
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ class Compiled:
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     """A compile process: build launch arguments of the real types and values once (Triton
     specialises on dtypes, alignment and some integer values), then compile on request."""
-    _die_with_parent()
-    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    inbox, outbox = child.connect(read_fd, write_fd)
+    # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
+    os.nice(10)
     spec = json.loads(spec_json)
     from kernels import load_kernel
 
@@ -54,28 +59,21 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             return
         t0 = time.perf_counter()
         try:
-            kernel.fn.warmup(*args, grid=kernel.grid(problem, config), **config)
+            compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, config), **config)
+            # Loading it here checks the GPU's limits (shared memory, threads per block) and
+            # builds Triton's launcher for the signature, both off the GPU's critical path.
+            init_handles = getattr(compiled, "_init_handles", None)
+            if init_handles is not None:
+                init_handles()
             outbox.send((key, (time.perf_counter() - t0) * 1e3, None))
         except Exception as e:  # any failure to compile is the config's, not the pool's
             text = "".join(traceback.format_exception_only(type(e), e)).strip()
             outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
 
 
-def _die_with_parent() -> None:
-    """In its own session a compile process would outlive a killed worker: ask Linux to
-    kill it when its parent goes (PR_SET_PDEATHSIG); elsewhere the closed pipe ends it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PDEATHSIG
-
-
 @dataclass
 class _Proc:
-    process: subprocess.Popen
-    conn: Connection  # replies from the process
-    inbox: Connection  # requests to it
+    child: child.Child
     ready: bool = False
     task: tuple[int, Mapping[str, Any]] | None = None
     since: float = 0.0
@@ -89,60 +87,83 @@ class CompilePool:
         self._failed_starts = 0
         self._procs = [self._start() for _ in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
+        self._hints: dict[int, Mapping[str, Any]] = {}  # compiled when nothing is queued
         self._done: dict[int, Compiled] = {}
         self._retried: set[int] = set()
+        # The batch being timed waits on results while the next batch submits its configs
+        # from another thread of the worker.
+        self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
         return len(self._procs)
 
     def _start(self) -> _Proc:
-        # A plain subprocess rather than multiprocessing's spawn, which would re-import the
-        # Ray worker's main script; its own session, so a kill reaches ptxas too.
-        child_reads, parent_writes = os.pipe()
-        parent_reads, child_writes = os.pipe()
-        process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from actors.compile_pool import serve; "
-             "serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])",
-             str(child_reads), str(child_writes), self._spec],
-            pass_fds=(child_reads, child_writes), start_new_session=True)
-        os.close(child_reads)
-        os.close(child_writes)
-        return _Proc(process, Connection(parent_reads, writable=False),
-                     Connection(parent_writes, readable=False), since=time.monotonic())
+        return _Proc(child.start("actors.compile_pool:serve", self._spec),
+                     since=time.monotonic())
 
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
-        self._queue.append((key, config))
-        self._pump(0.0)
+        with self._lock:
+            self._hints.pop(key, None)
+            if key not in self._done and not self._running(key):
+                self._queue.append((key, config))
+            self._pump()
+
+    def hint(self, key: int, config: Mapping[str, Any]) -> None:
+        with self._lock:
+            if key not in self._done and not self._running(key) and \
+                    all(k != key for k, _ in self._queue):
+                self._hints[key] = config
+            self._pump()
+
+    def _running(self, key: int) -> bool:
+        return any(p.task is not None and p.task[0] == key for p in self._procs)
 
     def result(self, key: int) -> Compiled:
         """Block until `key` is compiled, failed, or timed out."""
-        while key not in self._done:
-            if not any(p.task and p.task[0] == key for p in self._procs) and \
-                    all(k != key for k, _ in self._queue):
-                raise KeyError(f"config {key} was never submitted")
-            self._pump(0.05)
-        return self._done.pop(key)
+        while True:
+            with self._lock:
+                self._pump()
+                if key in self._done:
+                    return self._done.pop(key)
+                if not self._running(key) and all(k != key for k, _ in self._queue):
+                    raise KeyError(f"config {key} was never submitted")
+            self._idle()
 
     def wait_ready(self) -> None:
-        while not all(p.ready for p in self._procs):
-            self._pump(0.05)
+        while True:
+            with self._lock:
+                self._pump()
+                if all(p.ready for p in self._procs):
+                    return
+            self._idle()
 
-    def _pump(self, wait_s: float) -> None:
+    def _idle(self) -> None:
+        """Wait for a reply without the lock: a thread holding it across the wait would
+        keep a submitting thread out (Python's locks are not fair) until its own result
+        came, and the next batch would start compiling only then."""
+        with self._lock:
+            replies = [p.child.replies for p in self._procs]
+        with contextlib.suppress(OSError, ValueError):  # a process replaced meanwhile
+            wait(replies, timeout=0.05)
+
+    def _pump(self) -> None:
+        """Hand queued configs to idle processes; take every reply that has arrived."""
         for i, p in enumerate(self._procs):
-            if p.ready and p.task is None and self._queue:
-                p.task, p.since = self._queue.popleft(), time.monotonic()
+            if p.ready and p.task is None and (self._queue or self._hints):
+                task = self._queue.popleft() if self._queue else self._next_hint()
+                p.task, p.since = task, time.monotonic()
                 try:
-                    p.inbox.send(p.task)
+                    p.child.requests.send(p.task)
                 except OSError:  # it died while idle: the task was never its fault
                     self._queue.appendleft(p.task)
                     p.task = None
                     self._replace(i, "the compile process died")
-        ready = wait([p.conn for p in self._procs], timeout=wait_s)
+        ready = wait([p.child.replies for p in self._procs], timeout=0)
         for i, p in enumerate(self._procs):
-            if p.conn in ready:
+            if p.child.replies in ready:
                 try:
-                    key, ms, error = p.conn.recv()
+                    key, ms, error = p.child.replies.recv()
                 except EOFError:  # the compile process died (a crash inside the compiler)
                     if not p.ready:
                         self._failed_starts += 1
@@ -158,6 +179,10 @@ class CompilePool:
             elif p.task is not None and time.monotonic() - p.since > self.timeout_s:
                 self._replace(i, f"compile took longer than {self.timeout_s:g} s", True)
 
+    def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
+        key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order
+        return key, self._hints.pop(key)
+
     def _replace(self, i: int, why: str, timed_out: bool = False) -> None:
         p = self._procs[i]
         if p.task is not None:
@@ -170,18 +195,11 @@ class CompilePool:
             else:
                 ms = (time.monotonic() - p.since) * 1e3
                 self._done[key] = Compiled(False, ms, why, timed_out=timed_out)
-        _kill(p)
+        child.kill(p.child)
         self._procs[i] = self._start()
 
     def close(self) -> None:
-        for p in self._procs:
-            _kill(p)
+        with self._lock:
+            for p in self._procs:
+                child.kill(p.child)
 
-
-def _kill(p: _Proc) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(p.process.pid, signal.SIGKILL)
-    p.process.kill()
-    p.process.wait(timeout=5)
-    p.conn.close()
-    p.inbox.close()

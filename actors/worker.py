@@ -4,14 +4,20 @@ simulated GPU) and runs the trials the driver hands it, streaming a record per t
 run() is a Ray generator, so the driver sees each trial finish as it happens: it knows
 which trial is running (the one after the last record) and since when, which is what a
 per-trial timeout and the blame for a dead worker need.
+
+The actor is threaded so that a batch the driver queues behind the running one arrives at
+once: its configs go to the compile pool while the GPU still times the running batch, and
+the GPU never waits at a batch boundary. Batches still run one at a time, in the driver's
+order (Ray does not order a threaded actor's tasks, so each batch carries its number).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,15 +31,7 @@ class BatchStarted:
     """The worker began a batch; the first trial's clock starts now, not at submission."""
 
 
-@dataclass(frozen=True)
-class Retire:
-    """This worker's process is unusable (a sticky CUDA error): replace it. The trial that
-    caused it was already recorded; the rest of the batch goes back to the queue."""
-
-    reason: str
-
-
-WorkerMessage = BatchStarted | TrialRecord | Retire
+WorkerMessage = BatchStarted | TrialRecord
 
 
 class Backend(Protocol):
@@ -52,8 +50,8 @@ class WorkerSettings:
     backend: str  # cuda | interpret | simulate
     kernel: str
     problem: Mapping[str, Any]
-    warmup_ms: float
-    rep_ms: float
+    trial_timing: tuple[float, float]  # (warmup_ms, rep_ms) of each config's timing
+    finalist_timing: tuple[float, float]  # and of the finalists' re-timing
     tolerance: tuple[float, float] | None
     seed: int
     simulate: Mapping[str, Any]
@@ -66,16 +64,12 @@ def make_backend(settings: WorkerSettings) -> Backend:
         from actors.simulate import SimulatedBackend
 
         return SimulatedBackend(**settings.simulate)
-    interpret = settings.backend == "interpret"
-    if interpret:
-        # Triton decides interpreter or compiler when a kernel module is imported.
-        os.environ["TRITON_INTERPRET"] = "1"
-    from actors.triton_backend import TritonBackend
-    from kernels import load_kernel
+    from actors.launcher import Launcher
 
-    return TritonBackend(load_kernel(settings.kernel), settings.problem, interpret=interpret,
-                         warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
-                         tolerance=settings.tolerance, seed=settings.seed)
+    return Launcher(settings.kernel, settings.problem,
+                    interpret=settings.backend == "interpret",
+                    trial_timing=settings.trial_timing, finalist_timing=settings.finalist_timing,
+                    tolerance=settings.tolerance, seed=settings.seed)
 
 
 class TrialWorker:
@@ -92,6 +86,8 @@ class TrialWorker:
         self.seed = settings.seed
         self.name = name
         self.node = socket.gethostname()
+        self._turn = 0  # the number of the batch whose turn it is to run
+        self._turns = threading.Condition()
 
     def info(self) -> dict[str, Any]:
         """Who and where; answers once the worker, its compile pool included, is ready."""
@@ -100,29 +96,34 @@ class TrialWorker:
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
                 "pid": os.getpid()}
 
-    def run(self, trials: list[tuple[int, dict[str, Any], int]]) -> Iterator[WorkerMessage]:
-        from actors.triton_backend import ProcessPoisoned
-
+    def run(self, number: int, trials: list[tuple[int, dict[str, Any], int]],
+            ahead: Sequence[tuple[int, dict[str, Any]]] = ()) -> Iterator[WorkerMessage]:
+        """Run batch `number` (0, 1, ... in the order the driver sent them) once every
+        earlier batch has finished; its configs start compiling at once, and `ahead`
+        (configs some worker will get soon) when the pool has nothing else to do."""
         if self.pool is not None:
             for index, config, _ in trials:
                 self.pool.submit(index, config)
-        yield BatchStarted()
-        for index, config, attempt in trials:
-            started = time.time()
-            retire = None
-            try:
+            for index, config in ahead:
+                self.pool.hint(index, config)
+        with self._turns:
+            self._turns.wait_for(lambda: self._turn == number)
+        try:
+            yield BatchStarted()
+            for index, config, attempt in trials:
+                started = time.time()
                 compiled = self.pool.result(index) if self.pool is not None else None
                 # Fresh inputs per config, the same for every attempt and every run.
                 seed = hash((self.seed, index)) & 0x7FFFFFFF
                 outcome = self.backend.run_trial(config, seed, compiled)
-            except ProcessPoisoned as e:
-                outcome, retire = e.outcome, Retire(e.outcome.error or "sticky CUDA error")
-            yield TrialRecord.from_outcome(
-                index, config, outcome, device=self.backend.device_name, node=self.node,
-                worker=self.name, attempt=attempt, started_at=started, finished_at=time.time())
-            if retire is not None:
-                yield retire
-                return
+                yield TrialRecord.from_outcome(
+                    index, config, outcome, device=self.backend.device_name, node=self.node,
+                    worker=self.name, attempt=attempt, started_at=started,
+                    finished_at=time.time())
+        finally:
+            with self._turns:
+                self._turn = number + 1
+                self._turns.notify_all()
 
     def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
         return self.backend.retime(configs, rounds)

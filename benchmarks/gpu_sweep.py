@@ -50,7 +50,7 @@ def sweep(spec: dict, tmp: Path, name: str, cache: Path) -> dict:
 
     table = pq.read_table(out / "trials.parquet")
     rows = table.to_pylist()
-    return {
+    return {**busy(rows, snap["first_dispatch_at"]),
         "name": name, "command_s": wall,
         "sweep_s": snap["written_at"] - snap["first_dispatch_at"],
         "counts": snap["counts"], "trials": len(rows),
@@ -59,8 +59,22 @@ def sweep(spec: dict, tmp: Path, name: str, cache: Path) -> dict:
         "statuses_all_set": all(r["status"] for r in rows),
         "compile_ms_sum": sum(r["compile_ms"] or 0 for r in rows),
         "errors_sample": sorted({(r["error"] or "")[:120] for r in rows if r["error"]})[:6],
-        "rows": [{k: r[k] for k in ("index", "status", "latency_ms", "config")} for r in rows],
+        "rows": [{**{k: r[k] for k in ("index", "status", "latency_ms", "config", "worker",
+                                        "compile_ms")},
+                  "started_at": r["started_at"].timestamp(),
+                  "finished_at": r["finished_at"].timestamp()} for r in rows],
     }
+
+
+def busy(rows: list[dict], first_dispatch_at: float) -> dict:
+    """How much of the sweep each worker spent on trials (compile waits included), and how
+    long the driver took from the last trial to the table written (finalists included)."""
+    workers = sorted({r["worker"] for r in rows})
+    last = max(r["finished_at"].timestamp() for r in rows)
+    span = last - first_dispatch_at
+    per_worker = {w: sum((r["finished_at"] - r["started_at"]).total_seconds()
+                         for r in rows if r["worker"] == w) / span for w in workers}
+    return {"workers": workers, "trials_span_s": span, "busy_fraction": per_worker}
 
 
 AUTOTUNE = r"""
@@ -106,6 +120,16 @@ def device_measurements(configs: list[dict]) -> dict:
     problem = {"M": 8192, "N": 8192, "K": 8192, "dtype": "bfloat16"}
     a, b = KERNEL.make_inputs(problem, "cuda", 0)
     mm = time_cuda(lambda: torch.matmul(a, b), 25, 100)
+    # What validating one config costs: fresh inputs, the float32 reference, the comparison.
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for seed in range(3):
+        inputs = KERNEL.make_inputs(problem, "cuda", seed + 1)
+        expected = KERNEL.reference(inputs, problem)
+        torch.allclose(expected, expected)
+    torch.cuda.synchronize()
+    validate_ms = (time.perf_counter() - t0) / 3 * 1e3
+    del inputs, expected
     x = torch.randn(1 << 30, device="cuda", dtype=torch.float16)  # 2 GiB
     y = torch.empty_like(x)
     copy = time_cuda(lambda: y.copy_(x), 25, 100)
@@ -119,6 +143,7 @@ def device_measurements(configs: list[dict]) -> dict:
                                                return_mode="median"))
     return {
         "torch_matmul_ms": mm.median_ms, "torch_matmul_tflops": 2 * 8192**3 / mm.median_ms / 1e9,
+        "validate_one_config_ms": validate_ms,
         "copy_ms": copy.median_ms, "copy_gbps": 2 * 2 * (1 << 30) / copy.median_ms / 1e6,
         "retimed_all": [sorted(s)[1] for s in samples],
         "device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
@@ -133,7 +158,9 @@ def main() -> None:
     from benchmarks import record
     from sweep.spec import load_spec
 
-    result = record.header("gpu_sweep")
+    # A partial run is recorded under its own name, beside the full one.
+    result = record.header("gpu_sweep" if args.only == "abc" else f"gpu_sweep_{args.only}")
+    result["lscpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     base = yaml.safe_load((ROOT / "configs" / "matmul.yaml").read_text())
     space_a = load_spec(ROOT / "configs" / "matmul.yaml").expand()
     configs_a = [space_a.config(i) for i in range(len(space_a))]

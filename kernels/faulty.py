@@ -1,9 +1,9 @@
 """A copy kernel whose MODE parameter picks an outcome, to show and test how each is
 recorded with real Triton: 0 copies correctly, 1 writes wrong numbers (`incorrect`),
 2 fails while running under the interpreter (a ZeroDivisionError in the kernel body:
-`runtime_error`), 3 stores far out of bounds (on a GPU: an illegal memory access, which
-poisons the CUDA context: `crashed`; never use it on the CPU interpreter, where it would
-scribble over the worker's memory). A BLOCK that is not a power of two breaks Triton's
+`runtime_error`), 3 stores terabytes out of bounds (`crashed`: on a GPU an illegal memory
+access, which poisons the launching process's CUDA context; under the interpreter a
+segmentation fault that kills it). A BLOCK that is not a power of two breaks Triton's
 language rules (`compile_error`)."""
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ running and since when, so:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from actors.timing import Timing
-from actors.worker import BatchStarted, Retire, TrialWorker, WorkerSettings
+from actors.worker import BatchStarted, TrialWorker, WorkerSettings
 from storage.journal import Journal, append_records, encode_attempt
 from storage.records import TrialOutcome, TrialRecord
 from sweep.space import Space
@@ -86,6 +87,7 @@ class _Slot:
     device: str = "unknown"
     node: str = "unknown"
     failed_starts: int = 0
+    sent: int = 0  # batches sent to this actor; the worker runs them in this order
 
     @property
     def on_probation(self) -> bool:
@@ -120,14 +122,18 @@ class Driver:
         self.dispatched = 0
         self.first_dispatch_at: float | None = None
         self._serial = 0
+        self._hinted: set[int] = set()
         self._pending_records: list[TrialRecord] = []
         self._pending_attempts: list[bytes] = []
 
     # --- workers -------------------------------------------------------------------------
     def _new_actor(self, name: str) -> Any:
         p = self.placement
+        # A thread for each batch queued on the worker (see actors/worker.py), and one for
+        # info() and retime().
         options: dict[str, Any] = {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus,
-                                   "max_restarts": 0, "max_task_retries": 0}
+                                   "max_restarts": 0, "max_task_retries": 0,
+                                   "max_concurrency": self.limits.depth + 1}
         if p.env:
             options["runtime_env"] = {"env_vars": p.env}
         return ray.remote(TrialWorker).options(**options).remote(self.settings, name)
@@ -140,6 +146,7 @@ class Driver:
         with contextlib.suppress(RayError):
             ray.kill(slot.actor, no_restart=True)
         slot.batches.clear()
+        slot.sent = 0
         slot.name = self._next_name()
         slot.actor = self._new_actor(slot.name)
 
@@ -232,8 +239,21 @@ class Driver:
         trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
         self.dispatched += len(trials)
         self.first_dispatch_at = self.first_dispatch_at or time.time()
-        slot.batches.append(_Batch(trials, slot.actor.run.remote(trials), probation=probation,
-                                   since=time.time()))
+        gen = slot.actor.run.remote(slot.sent, trials, self._ahead())
+        slot.sent += 1
+        slot.batches.append(_Batch(trials, gen, probation=probation, since=time.time()))
+
+    def _ahead(self) -> list[tuple[int, dict[str, Any]]]:
+        """Configs in the next stretch of the queue not yet hinted to any worker, for its
+        compile pool to work on when idle (see actors/compile_pool.py). The stretch is four
+        pools' worth: on an H200 a slow compile (6 s) outlasts a hundred trials. Each config
+        is hinted once, so two pools rarely compile the same one."""
+        ahead: list[tuple[int, dict[str, Any]]] = []
+        for index, _, _ in itertools.islice(self.queue, 4 * self.placement.compile_workers):
+            if index not in self._hinted:
+                self._hinted.add(index)
+                ahead.append((index, self.space.config(index)))
+        return ahead
 
     def _collect(self, gens: list[Any], wait_s: float) -> None:
         ready, _ = ray.wait(gens, num_returns=1, timeout=wait_s)
@@ -276,11 +296,6 @@ class Driver:
             batch.since = now
             slot.device, slot.node, slot.failed_starts = message.device, message.node, 0
             self._pending_records.append(message)
-        elif isinstance(message, Retire):
-            self._event(f"replacing worker {slot.name}: {message.reason[:200]}")
-            rest = [t for b in slot.batches for t in b.unfinished()]
-            self._replace(slot)
-            self._requeue(rest)
 
     def _running_batch(self, slot: _Slot) -> _Batch | None:
         for batch in slot.batches:

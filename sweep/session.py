@@ -155,7 +155,8 @@ class Session:
         placement = cluster.placement(spec, backend)
         settings = WorkerSettings(
             backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
-            warmup_ms=spec.timing.warmup_ms, rep_ms=spec.timing.rep_ms,
+            trial_timing=spec.timing.per_config(spec.run.finalists),
+            finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
             tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
             seed=spec.run.seed,
             simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},

@@ -32,9 +32,25 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class Screen:
+    """The quick first timing every config gets when finalists are re-timed carefully."""
+
+    warmup_ms: float = 5.0
+    rep_ms: float = 20.0
+
+
+@dataclass(frozen=True)
 class Timing:
-    warmup_ms: float = 25.0
+    warmup_ms: float = 25.0  # the careful timing: finalists, or every config without screen
     rep_ms: float = 100.0
+    screen: Screen | None = Screen()
+
+    def per_config(self, finalists: int) -> tuple[float, float]:
+        """(warmup_ms, rep_ms) of each config's timing: the screen's when finalists are
+        re-timed afterwards, else the careful one."""
+        if self.screen is not None and finalists > 0:
+            return self.screen.warmup_ms, self.screen.rep_ms
+        return self.warmup_ms, self.rep_ms
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,9 @@ class Spec:
         doc = {
             "name": self.name, "kernel": self.kernel, "problem": dict(self.problem),
             "space": {k: list(v) for k, v in self.space.items()},
-            "constraints": [c.text for c in self.constraints], "timing": asdict(self.timing),
+            "constraints": [c.text for c in self.constraints],
+            "timing": {**asdict(self.timing), "screen": asdict(self.timing.screen)
+                       if self.timing.screen else "off"},
             "validation": asdict(self.validation) if self.validation else "off",
             "run": asdict(self.run), "simulate": asdict(self.simulate),
         }
@@ -146,6 +164,10 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _is_off(v: Any) -> bool:
+    return v is False or v == "off"
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -160,6 +182,7 @@ INTEGER: Check = (_is_int, "an integer")
 
 _CHECKS: dict[type, dict[str, Check]] = {
     Timing: {"warmup_ms": NON_NEGATIVE, "rep_ms": POSITIVE},
+    Screen: {"warmup_ms": NON_NEGATIVE, "rep_ms": POSITIVE},
     Tolerance: {"rtol": NON_NEGATIVE, "atol": NON_NEGATIVE},
     RunOptions: {
         "backend": (lambda v: v in BACKENDS, "one of " + ", ".join(BACKENDS)),
@@ -239,9 +262,12 @@ def load_spec(path: str | Path, *, backend: str | None = None) -> Spec:
     except KernelError as e:
         raise r.fail("kernel", f"{e}, got {kernel_name!r}") from None
 
-    timing = r.section(Timing, doc.get("timing"), "timing")
+    raw_timing = dict(r.mapping(doc.get("timing"), "timing"))
+    raw_screen = raw_timing.pop("screen", {})
+    screen = None if _is_off(raw_screen) else r.section(Screen, raw_screen, "timing.screen")
+    timing = replace(r.section(Timing, raw_timing, "timing"), screen=screen)
     raw_validation = doc.get("validation", {})
-    if raw_validation is False or raw_validation == "off":
+    if _is_off(raw_validation):
         validation = None
     else:
         validation = r.section(Tolerance, raw_validation, "validation")

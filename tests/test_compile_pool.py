@@ -4,6 +4,8 @@ a compile process that dies is replaced without losing the pool."""
 
 import os
 import signal
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -33,12 +35,58 @@ def test_results_come_back_for_every_submitted_key(pool):
 def test_a_killed_compile_process_is_replaced(pool):
     pool.submit(0, CONFIG)
     assert pool.result(0).ok
-    victim = pool._procs[0].process.pid
+    victim = pool._procs[0].child.process.pid
     os.killpg(victim, signal.SIGKILL)
-    pool._procs[0].process.wait()  # dead before the next task is handed to it
+    pool._procs[0].child.process.wait()  # dead before the next task is handed to it
     for key in range(1, 4):
         pool.submit(key, CONFIG)
     results = [pool.result(key) for key in range(1, 4)]
     assert all(r.ok for r in results), results
-    assert victim not in {p.process.pid for p in pool._procs}
+    assert victim not in {p.child.process.pid for p in pool._procs}
     assert pool.size == 2
+
+
+@pytest.fixture
+def gated_pool(monkeypatch):
+    """A pool of two whose "kernel" compiles wait at a gate (tests/gated_kernel.py)."""
+    tests_dir = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, timeout_s=20)
+    pool.wait_ready()
+    yield pool
+    pool.close()
+
+
+def wait_in_other_thread(pool: CompilePool, gate: Path) -> tuple[threading.Thread, dict]:
+    """Submit a config whose compile waits at the gate; a thread blocks in result()."""
+    pool.submit(1, {"GATE": str(gate), "ROLE": "wait"})
+    got: dict[int, object] = {}
+    waiting = threading.Thread(target=lambda: got.update({1: pool.result(1)}))
+    waiting.start()
+    while not (gate / "waiting").exists():  # config 1 is compiling, result() waits
+        waiting.join(0.01)
+    return waiting, got
+
+
+def test_a_batch_queued_behind_a_waiting_one_starts_compiling_at_once(gated_pool, tmp_path):
+    # The worker's running batch blocks in result() while the next batch submits from
+    # another thread; config 1's compile finishes only once config 2's has run.
+    waiting, got = wait_in_other_thread(gated_pool, tmp_path)
+    gated_pool.submit(2, {"GATE": str(tmp_path), "ROLE": "open"})
+    waiting.join(30)
+    assert got[1].ok, got[1]
+    assert gated_pool.result(2).ok
+
+
+def test_hinted_configs_compile_on_idle_processes_and_count_when_submitted(gated_pool,
+                                                                            tmp_path):
+    waiting, got = wait_in_other_thread(gated_pool, tmp_path)
+    gated_pool.hint(2, {"GATE": str(tmp_path), "ROLE": "open"})  # only a hint opens it
+    waiting.join(30)
+    assert got[1].ok, got[1]
+    gated_pool.submit(2, {"GATE": str(tmp_path), "ROLE": "open"})
+    assert gated_pool.result(2).ok
+    with pytest.raises(KeyError):
+        gated_pool.result(2)  # handed out once, not compiled again

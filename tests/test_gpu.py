@@ -45,6 +45,8 @@ def test_an_illegal_memory_access_is_recorded_crashed_and_the_sweep_completes(tm
             assert (r["status"], r["validation"]) == ("ok", "passed"), r
     best = json.loads((out / "best.json").read_text())
     assert best["config"]["MODE"] == 0 and best["partial"] is False
+    # Only the launching process was replaced: no worker was, so no worker name is new.
+    assert len({r["worker"] for r in rows}) <= torch.cuda.device_count()
 
 
 def test_configs_beyond_shared_memory_are_compile_errors_not_crashes(tmp_path):

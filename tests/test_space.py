@@ -73,3 +73,21 @@ def test_fingerprint_changes_when_the_kernel_source_changes(tmp_path, monkeypatc
     after = load_spec(spec_path).fingerprint
     sys.modules.pop("mykernel")
     assert before != after
+
+
+def test_configs_are_screened_quickly_only_when_finalists_are_retimed(tmp_path):
+    from sweep.spec import load_spec
+
+    def timing(extra: str):
+        path = tmp_path / "s.yaml"
+        path.write_text("kernel: matmul\nspace: {A: [1]}\nrun: {backend: simulate"
+                        + extra.partition("|")[0] + "}\n" + extra.partition("|")[2])
+        spec = load_spec(path)
+        return spec.timing.per_config(spec.run.finalists), spec.fingerprint
+
+    default, fp_default = timing("|timing: {warmup_ms: 25, rep_ms: 100}")
+    assert default == (5.0, 20.0)
+    assert timing("|timing: {screen: {warmup_ms: 1, rep_ms: 10}}")[0] == (1, 10)
+    off, fp_off = timing("|timing: {warmup_ms: 25, rep_ms: 100, screen: off}")
+    assert off == (25, 100) and fp_off != fp_default  # rows mean other timings: no resume
+    assert timing(", finalists: 0|timing: {warmup_ms: 25, rep_ms: 100}")[0] == (25, 100)

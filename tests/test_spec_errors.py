@@ -52,6 +52,12 @@ CASES = [
     ("run: {backend: interpret}", "runs: {backend: interpret}", "runs", "unknown key"),
     ("run: {backend: interpret}", "run: {backend: simulate}\nsimulate: {fail_rate: 1.5}",
      "simulate.fail_rate", "from 0 to 1"),
+    ("run: {backend: interpret}", "run: {backend: interpret}\ntiming: {screen: {rep: 5}}",
+     "timing.screen.rep", "unknown key"),
+    ("run: {backend: interpret}", "run: {backend: interpret}\ntiming: {screen: {rep_ms: 0}}",
+     "timing.screen.rep_ms", "number > 0"),
+    ("run: {backend: interpret}", "run: {backend: interpret}\ntiming: {screen: fast}",
+     "timing.screen", "expected a mapping"),
 ]
 
 

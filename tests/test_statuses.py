@@ -75,3 +75,20 @@ def test_dying_and_hanging_workers_end_as_crashed_and_timeout_rows(ray_local, tm
             assert r["attempt"] == 1
         if r["status"] == "timeout":
             assert "trial_timeout_s=1.5" in r["error"]
+
+
+def test_a_config_that_kills_the_launching_process_is_crashed_and_the_worker_goes_on(
+        ray_local, tmp_path):
+    # MODE 3 stores terabytes out of bounds: under the interpreter the process launching
+    # the kernel dies of a segmentation fault, for real.
+    spec = write_spec(tmp_path / "segv.yaml", kernel="faulty", problem={"n": 100},
+                      space={"BLOCK": [64], "MODE": [3, 0, 1]},
+                      timing={"warmup_ms": 1, "rep_ms": 5},
+                      run={"backend": "interpret", "workers": 1, "finalists": 0})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert [r["status"] for r in rows] == ["crashed", "ok", "incorrect"]
+    assert "died on this config twice" in rows[0]["error"], rows[0]["error"]
+    assert "SIGSEGV" in rows[0]["error"]
+    # One worker throughout: the launcher was replaced, not the worker and its queue.
+    assert len({r["worker"] for r in rows}) == 1 and {r["attempt"] for r in rows} == {1}
