@@ -64,6 +64,7 @@ class Limits:
     batch_size: int = 1
     depth: int = 2
     max_trials: int | None = None
+    start_timeout_s: float = 60.0
 
 
 @dataclass
@@ -88,6 +89,9 @@ class _Slot:
     node: str = "unknown"
     failed_starts: int = 0
     sent: int = 0  # batches sent to this actor; the worker runs them in this order
+    ready: Any = None  # its info() call, answered once the worker is up
+    born: float = field(default_factory=time.monotonic)
+    up: bool = False
 
     @property
     def on_probation(self) -> bool:
@@ -142,26 +146,56 @@ class Driver:
         self._serial += 1
         return f"w{self._serial}"
 
+    def _new_slot(self) -> _Slot:
+        name = self._next_name()
+        actor = self._new_actor(name)
+        return _Slot(name, actor, ready=actor.info.remote())
+
     def _replace(self, slot: _Slot) -> None:
         with contextlib.suppress(RayError):
             ray.kill(slot.actor, no_restart=True)
+        fresh = self._new_slot()
+        slot.name, slot.actor, slot.ready, slot.born = fresh.name, fresh.actor, fresh.ready, \
+            fresh.born
         slot.batches.clear()
-        slot.sent = 0
-        slot.name = self._next_name()
-        slot.actor = self._new_actor(slot.name)
+        slot.sent, slot.up = 0, False
+
+    def _check_starts(self) -> None:
+        """A worker that is not up within start_timeout_s is given up: Ray may be unable
+        to place it (a lost node, a cluster whose GPUs other jobs hold). Its trials go
+        back to the queue; the sweep goes on with the workers it has."""
+        for slot in list(self.slots):
+            if slot.up:
+                continue
+            if ray.wait([slot.ready], timeout=0)[0]:
+                slot.up = True  # a failed start surfaces as a death on its first batch
+                continue
+            if time.monotonic() - slot.born < self.limits.start_timeout_s:
+                continue
+            with contextlib.suppress(RayError):
+                ray.kill(slot.actor, no_restart=True)
+            self.slots.remove(slot)
+            self._requeue([t for b in slot.batches for t in b.unfinished()])
+            if not self.slots:
+                raise DriverFailed(f"no worker started within run.start_timeout_s="
+                                   f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
+                                   "have the free GPUs (or CPUs) it advertises?")
+            self._event(f"worker {slot.name} did not start within "
+                        f"{self.limits.start_timeout_s:g} s (no free resources for it?); "
+                        f"going on with {len(self.slots)}")
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> Ending:
         if not self.queue:
             return "complete"
         workers = min(self.placement.workers, max(1, len(self.queue)))
-        self.slots = [_Slot(name, self._new_actor(name))
-                      for name in (self._next_name() for _ in range(workers))]
+        self.slots = [self._new_slot() for _ in range(workers)]
         # Hand out work once workers are up (GPU context, compile pool), so a trial's clock
         # and the sweep's first dispatch start with real work; a worker that fails to
-        # start shows up as a death on its first batch.
-        pending = [s.actor.info.remote() for s in self.slots]
-        deadline = time.monotonic() + self.limits.trial_timeout_s
+        # start shows up as a death on its first batch, one that cannot be placed is
+        # given up after start_timeout_s.
+        pending = [s.ready for s in self.slots]
+        deadline = time.monotonic() + self.limits.start_timeout_s
         while pending and not self.should_stop() and time.monotonic() < deadline:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
         last_snapshot = time.monotonic()
@@ -183,6 +217,8 @@ class Driver:
                     break
                 self._collect(gens, wait_s=self._wait_budget(stopping_at))
                 self._check_timeouts()
+                if stopping_at is None:
+                    self._check_starts()
                 self._commit()
                 if time.monotonic() - last_snapshot >= self.limits.snapshot_every_s:
                     self.on_snapshot()
@@ -199,7 +235,7 @@ class Driver:
     def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
         """Re-time finalists interleaved on one worker, so they share one device's
         conditions. Call after a complete run, before close()."""
-        slot = self.slots[0] if self.slots else _Slot("retime", self._new_actor("retime"))
+        slot = self.slots[0] if self.slots else self._new_slot()
         return ray.get(slot.actor.retime.remote(configs, rounds))
 
     def _wait_budget(self, stopping_at: float | None) -> float:
@@ -289,7 +325,7 @@ class Driver:
     def _deliver(self, slot: _Slot, batch: _Batch, message: Any) -> None:
         now = time.time()
         if isinstance(message, BatchStarted):
-            batch.started, batch.since = True, now
+            batch.started, batch.since, slot.up = True, now, True
         elif isinstance(message, TrialRecord):
             self.probation.discard(message.index)
             batch.done += 1

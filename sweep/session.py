@@ -165,7 +165,8 @@ class Session:
         limits = Limits(
             trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
             drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
-            batch_size=_batch_size(spec, backend, placement), max_trials=max_trials)
+            batch_size=_batch_size(spec, backend, placement), max_trials=max_trials,
+            start_timeout_s=spec.run.start_timeout_s)
 
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 

@@ -70,6 +70,7 @@ class RunOptions:
     seed: int = 0  # seed of the kernel's random inputs
     finalists: int = 5  # the fastest few, re-timed side by side at the end (0: off)
     finalist_rounds: int = 3
+    start_timeout_s: float = 60.0  # a worker not up by then is given up (see driver.py)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ _CHECKS: dict[type, dict[str, Check]] = {
         "trial_timeout_s": POSITIVE, "max_retries": COUNT, "snapshot_every_s": POSITIVE,
         "drain_s": NON_NEGATIVE, "workers": (lambda v: v is None or AT_LEAST_ONE[0](v),
                                              "an integer >= 1 or null"),
-        "seed": INTEGER, "finalist_rounds": AT_LEAST_ONE,
+        "seed": INTEGER, "finalist_rounds": AT_LEAST_ONE, "start_timeout_s": POSITIVE,
         "finalists": (lambda v: _is_int(v) and 0 <= v <= 16, "an integer from 0 to 16"),
     },
     SimulateOptions: {"workers": AT_LEAST_ONE, "trial_ms": NON_NEGATIVE, "fail_rate": FRACTION,

@@ -7,7 +7,7 @@ import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow.parquet as pq
-from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
 
 from actors.simulate import draws
 from sweep.spec import load_spec
@@ -93,3 +93,24 @@ def test_report_summarises_a_finished_run(ray_local, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{tmp_path / 'run'}: complete, 40 trials")
     assert len(out) == 3 and out[1].lstrip().startswith("#")
+
+
+def test_a_worker_ray_cannot_place_is_given_up_and_the_others_finish(ray_local, tmp_path,
+                                                                     capsys):
+    # Another job holds one of the cluster's two CPUs, so of the two interpret workers
+    # (one CPU each, sized from the cluster's total) Ray can place only one.
+    hog = ray_local.remote(num_cpus=1)(type("Hog", (), {"ping": lambda self: True})).remote()
+    assert ray_local.get(hog.ping.remote())
+    try:
+        spec = write_spec(tmp_path / "tight.yaml", kernel="faulty", problem={"n": 100},
+                          space={"BLOCK": [64, 128], "MODE": [0, 1]},
+                          timing={"warmup_ms": 1, "rep_ms": 5},
+                          run={"backend": "interpret", "workers": 2, "finalists": 0,
+                               "start_timeout_s": 15})
+        assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    finally:
+        ray_local.kill(hog)
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert [r["status"] for r in rows] == ["ok", "incorrect", "ok", "incorrect"]
+    assert len({r["worker"] for r in rows}) == 1
+    assert "did not start within 15 s" in capsys.readouterr().err

@@ -58,6 +58,8 @@ CASES = [
      "timing.screen.rep_ms", "number > 0"),
     ("run: {backend: interpret}", "run: {backend: interpret}\ntiming: {screen: fast}",
      "timing.screen", "expected a mapping"),
+    ("run: {backend: interpret}", "run: {backend: interpret, start_timeout_s: 0}",
+     "run.start_timeout_s", "number > 0"),
 ]
 
 
