@@ -61,7 +61,6 @@ class Launcher:
             "kernel": kernel, "problem": dict(problem), "interpret": interpret,
             "trial_timing": trial_timing, "finalist_timing": finalist_timing,
             "tolerance": tolerance, "seed": seed})
-        self.restarts = 0
         self._child = child.start("actors.launcher:serve", self._payload)
         self._ready = False
         self.device_name = self.wait_ready()
@@ -81,7 +80,6 @@ class Launcher:
         child.kill(self._child)
         self._child = child.start("actors.launcher:serve", self._payload)
         self._ready = False
-        self.restarts += 1
 
     def _call(self, op: str, *args: Any) -> tuple[str, Any]:
         self.wait_ready()
@@ -118,6 +116,3 @@ class Launcher:
         if kind != "ok":
             raise RuntimeError(f"re-timing failed: {value}")
         return value
-
-    def close(self) -> None:
-        child.kill(self._child)
