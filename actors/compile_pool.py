@@ -105,19 +105,20 @@ class CompilePool:
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             self._hints.pop(key, None)
-            if key not in self._done and not self._running(key):
+            if key not in self._done and not self._in_flight(key):
                 self._queue.append((key, config))
             self._pump()
 
     def hint(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
-            if key not in self._done and not self._running(key) and \
-                    all(k != key for k, _ in self._queue):
+            if key not in self._done and not self._in_flight(key):
                 self._hints[key] = config
             self._pump()
 
-    def _running(self, key: int) -> bool:
-        return any(p.task is not None and p.task[0] == key for p in self._procs)
+    def _in_flight(self, key: int) -> bool:
+        """Queued or compiling now (a hint is neither until a process takes it)."""
+        return any(p.task is not None and p.task[0] == key for p in self._procs) or \
+            any(k == key for k, _ in self._queue)
 
     def result(self, key: int) -> Compiled:
         """Block until `key` is compiled, failed, or timed out."""
@@ -126,7 +127,7 @@ class CompilePool:
                 self._pump()
                 if key in self._done:
                     return self._done.pop(key)
-                if not self._running(key) and all(k != key for k, _ in self._queue):
+                if not self._in_flight(key):
                     raise KeyError(f"config {key} was never submitted")
             self._idle()
 

@@ -147,18 +147,22 @@ class Driver:
         return f"w{self._serial}"
 
     def _new_slot(self) -> _Slot:
-        name = self._next_name()
-        actor = self._new_actor(name)
-        return _Slot(name, actor, ready=actor.info.remote())
+        slot = _Slot("", None)
+        self._start_actor(slot)
+        return slot
+
+    def _start_actor(self, slot: _Slot) -> None:
+        """A new actor in the slot; what the slot learnt of failures so far stays."""
+        slot.name = self._next_name()
+        slot.actor = self._new_actor(slot.name)
+        slot.ready, slot.born, slot.up = slot.actor.info.remote(), time.monotonic(), False
+        slot.batches.clear()
+        slot.sent = 0
 
     def _replace(self, slot: _Slot) -> None:
         with contextlib.suppress(RayError):
             ray.kill(slot.actor, no_restart=True)
-        fresh = self._new_slot()
-        slot.name, slot.actor, slot.ready, slot.born = fresh.name, fresh.actor, fresh.ready, \
-            fresh.born
-        slot.batches.clear()
-        slot.sent, slot.up = 0, False
+        self._start_actor(slot)
 
     def _check_starts(self) -> None:
         """A worker that is not up within start_timeout_s is given up: Ray may be unable
@@ -235,7 +239,9 @@ class Driver:
     def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
         """Re-time finalists interleaved on one worker, so they share one device's
         conditions. Call after a complete run, before close()."""
-        slot = self.slots[0] if self.slots else self._new_slot()
+        if not self.slots:  # a resumed run whose trials were all done before
+            self.slots.append(self._new_slot())  # close() stops it
+        slot = self.slots[0]
         return ray.get(slot.actor.retime.remote(configs, rounds))
 
     def _wait_budget(self, stopping_at: float | None) -> float:
