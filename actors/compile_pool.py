@@ -44,7 +44,7 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
     os.nice(10)
     spec = json.loads(spec_json)
-    from kernels import load_kernel
+    from sweep_kernels import load_kernel
 
     kernel = load_kernel(spec["kernel"])
     problem = spec["problem"]

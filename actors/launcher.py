@@ -27,7 +27,7 @@ def serve(read_fd: int, write_fd: int, payload: str) -> None:
         # Triton picks interpreter or compiler when a kernel module is imported.
         os.environ["TRITON_INTERPRET"] = "1"
     from actors.triton_backend import ProcessPoisoned, TritonBackend
-    from kernels import load_kernel
+    from sweep_kernels import load_kernel
 
     kernel = load_kernel(options.pop("kernel"))
     backend = TritonBackend(kernel, **options)

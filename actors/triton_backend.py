@@ -14,7 +14,7 @@ from typing import Any
 
 from actors.compile_pool import Compiled
 from actors.timing import Timing, summarise, time_cuda, time_wall
-from kernels import Kernel
+from sweep_kernels import Kernel
 from storage.records import TrialOutcome, clip_error
 
 

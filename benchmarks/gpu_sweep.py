@@ -79,7 +79,7 @@ def busy(rows: list[dict], first_dispatch_at: float) -> dict:
 
 AUTOTUNE = r"""
 import json, sys, time, torch, triton
-from kernels.matmul import matmul_kernel
+from sweep_kernels.matmul import matmul_kernel
 space = json.loads(sys.argv[1])
 configs = [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
                          num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in space]
@@ -115,7 +115,7 @@ def device_measurements(configs: list[dict]) -> dict:
     import triton.testing
 
     from actors.timing import time_cuda
-    from kernels.matmul import KERNEL
+    from sweep_kernels.matmul import KERNEL
 
     problem = {"M": 8192, "N": 8192, "K": 8192, "dtype": "bfloat16"}
     a, b = KERNEL.make_inputs(problem, "cuda", 0)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
+from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
 from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.constraints import Constraint, ConstraintError, parse_constraint
 from sweep.space import Space, expand, value_kind

@@ -5,7 +5,7 @@ compile opens it. No Triton involved."""
 import time
 from pathlib import Path
 
-from kernels import Kernel
+from sweep_kernels import Kernel
 
 
 class GatedCompile:

@@ -64,12 +64,12 @@ def test_fingerprint_changes_when_the_kernel_source_changes(tmp_path, monkeypatc
     import sys
 
     module = tmp_path / "mykernel.py"
-    module.write_text("from kernels.matmul import KERNEL\n")
+    module.write_text("from sweep_kernels.matmul import KERNEL\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     spec_path = _spec(tmp_path, kernel="mykernel:KERNEL")
     before = load_spec(spec_path).fingerprint
     sys.modules.pop("mykernel")
-    module.write_text("from kernels.matmul import KERNEL\n# tuned differently now\n")
+    module.write_text("from sweep_kernels.matmul import KERNEL\n# tuned differently now\n")
     after = load_spec(spec_path).fingerprint
     sys.modules.pop("mykernel")
     assert before != after

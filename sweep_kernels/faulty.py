@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import Kernel
+from sweep_kernels import Kernel
 
 
 @triton.jit

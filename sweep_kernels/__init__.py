@@ -21,9 +21,9 @@ Problem = Mapping[str, Any]
 Config = Mapping[str, Any]
 
 BUILTIN = {
-    "matmul": "kernels.matmul:KERNEL",
-    "softmax": "kernels.softmax:KERNEL",
-    "faulty": "kernels.faulty:KERNEL",  # a copy whose MODE picks each failure, for tests
+    "matmul": "sweep_kernels.matmul:KERNEL",
+    "softmax": "sweep_kernels.softmax:KERNEL",
+    "faulty": "sweep_kernels.faulty:KERNEL",  # a copy whose MODE picks each failure, for tests
 }
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -77,7 +77,7 @@ def load_kernel(name: str) -> Kernel:
         raise KernelError(f"cannot import {module_name!r}: {e}") from None
     kernel = getattr(module, attr, None)
     if not isinstance(kernel, Kernel):
-        raise KernelError(f"{module_name}:{attr} is not a kernels.Kernel record")
+        raise KernelError(f"{module_name}:{attr} is not a sweep_kernels.Kernel record")
     return kernel
 
 

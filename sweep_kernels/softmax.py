@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import Config, Kernel, Problem
+from sweep_kernels import Config, Kernel, Problem
 
 
 @triton.jit
