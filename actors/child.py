@@ -42,7 +42,10 @@ def start(entry: str, payload: str) -> Child:
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     process = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; from {module} import {function}; "
+        # `-c` puts the current directory first on sys.path, where a user's folder could
+        # shadow this project's packages: take it off.
+        [sys.executable, "-c", "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+         f"from {module} import {function}; "
          f"{function}(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])",
          str(child_reads), str(child_writes), payload],
         pass_fds=(child_reads, child_writes), start_new_session=True)

@@ -46,7 +46,7 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     spec = json.loads(spec_json)
     from sweep_kernels import load_kernel
 
-    kernel = load_kernel(spec["kernel"])
+    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
     problem = spec["problem"]
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     inputs = kernel.make_inputs(problem, device, spec["seed"])
@@ -81,8 +81,9 @@ class _Proc:
 
 class CompilePool:
     def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
-                 timeout_s: float) -> None:
-        self._spec = json.dumps({"kernel": kernel_name, "problem": dict(problem), "seed": seed})
+                 timeout_s: float, kernel_path: str = "") -> None:
+        self._spec = json.dumps({"kernel": kernel_name, "kernel_path": kernel_path,
+                                 "problem": dict(problem), "seed": seed})
         self.timeout_s = timeout_s
         self._failed_starts = 0
         self._procs = [self._start() for _ in range(max(1, size))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors import child
@@ -29,7 +29,7 @@ def serve(read_fd: int, write_fd: int, payload: str) -> None:
     from actors.triton_backend import ProcessPoisoned, TritonBackend
     from sweep_kernels import load_kernel
 
-    kernel = load_kernel(options.pop("kernel"))
+    kernel = load_kernel(options.pop("kernel"), options.pop("kernel_path"))
     backend = TritonBackend(kernel, **options)
     outbox.send(("ready", backend.device_name))
     while True:
@@ -37,6 +37,7 @@ def serve(read_fd: int, write_fd: int, payload: str) -> None:
             op, args = inbox.recv()
         except EOFError:
             return
+        reply: tuple[str, Any]
         try:
             reply = ("ok", backend.run_trial(*args) if op == "trial" else backend.retime(*args))
         except ProcessPoisoned as e:
@@ -54,11 +55,13 @@ class LauncherDied(Exception):
 class Launcher:
     """The worker's side: a Backend whose trials run in the launching process."""
 
-    def __init__(self, kernel: str, problem: Mapping[str, Any], *, interpret: bool,
+    def __init__(self, kernel: str, problem: Mapping[str, Any], *, kernel_path: str,
+                 interpret: bool,
                  trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
                  tolerance: tuple[float, float] | None, seed: int) -> None:
         self._payload = json.dumps({
-            "kernel": kernel, "problem": dict(problem), "interpret": interpret,
+            "kernel": kernel, "kernel_path": kernel_path, "problem": dict(problem),
+            "interpret": interpret,
             "trial_timing": trial_timing, "finalist_timing": finalist_timing,
             "tolerance": tolerance, "seed": seed})
         self._child = child.start("actors.launcher:serve", self._payload)
@@ -98,7 +101,7 @@ class Launcher:
                   compiled: Compiled | None = None) -> TrialOutcome:
         """A death may be no fault of the config (the launcher may have been killed from
         outside), so it gets a second launcher before it is recorded `crashed`."""
-        deaths = []
+        deaths: list[str] = []
         while len(deaths) < 2:
             try:
                 kind, value = self._call("trial", dict(config), seed, compiled)
@@ -111,7 +114,7 @@ class Launcher:
         return TrialOutcome("crashed", "skipped", error=clip_error(
             f"the process launching kernels died on this config twice ({', '.join(deaths)})"))
 
-    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
         kind, value = self._call("retime", [dict(c) for c in configs], rounds)
         if kind != "ok":
             raise RuntimeError(f"re-timing failed: {value}")

@@ -11,7 +11,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.timing import Timing
@@ -57,7 +57,7 @@ class SimulatedBackend:
         return TrialOutcome("ok", "skipped", latency_ms=latency,
                             latency_p20_ms=latency * 0.98, latency_p80_ms=latency * 1.02)
 
-    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
         """Simulated latencies carry no noise: re-timing gives them back unchanged."""
         return [Timing(self.latency_ms(c), self.latency_ms(c), self.latency_ms(c))
                 for c in configs]

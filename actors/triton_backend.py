@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from actors.compile_pool import Compiled
 from actors.timing import Timing, summarise, time_cuda, time_wall
+from storage.records import Status, TrialOutcome, Validation, clip_error
 from sweep_kernels import Kernel
-from storage.records import TrialOutcome, clip_error
 
 
 class ProcessPoisoned(Exception):
@@ -99,7 +99,7 @@ class TritonBackend:
         compile_ms = None
         if compiled is not None:
             if not compiled.ok:
-                status = "timeout" if compiled.timed_out else "compile_error"
+                status: Status = "timeout" if compiled.timed_out else "compile_error"
                 return TrialOutcome(status, "skipped", error=clip_error(compiled.error),
                                     compile_ms=compiled.compile_ms)
             compile_ms = compiled.compile_ms
@@ -127,7 +127,7 @@ class TritonBackend:
         except Exception as e:
             return self._launch_failure(e, compile_ms)
 
-        validation = "disabled"
+        validation: Validation = "disabled"
         if self.tolerance is not None:
             rtol, atol = self.tolerance
             got, expected = out.float(), self.kernel.reference(inputs, self.problem).float()
@@ -148,7 +148,7 @@ class TritonBackend:
     def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float) -> Timing:
         return (time_wall if self.interpret else time_cuda)(launch, warmup_ms, rep_ms)
 
-    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
         """Time the finalists interleaved (A B C A B C ...) on the same inputs, so clock
         drift and heat fall on all of them alike; each gets the median over rounds."""
         launches = [self._launcher(c) for c in configs]

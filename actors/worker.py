@@ -40,7 +40,7 @@ class Backend(Protocol):
     def run_trial(self, config: Mapping[str, Any], seed: int,
                   compiled: Compiled | None = None) -> TrialOutcome: ...
 
-    def retime(self, configs: list[Mapping[str, Any]], rounds: int) -> list[Timing]: ...
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]: ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class WorkerSettings:
     simulate: Mapping[str, Any]
     compile_workers: int = 0  # processes compiling ahead of the GPU (cuda backend only)
     compile_timeout_s: float = 60.0
+    kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
 
 
 def make_backend(settings: WorkerSettings) -> Backend:
@@ -66,7 +67,7 @@ def make_backend(settings: WorkerSettings) -> Backend:
         return SimulatedBackend(**settings.simulate)
     from actors.launcher import Launcher
 
-    return Launcher(settings.kernel, settings.problem,
+    return Launcher(settings.kernel, settings.problem, kernel_path=settings.kernel_path,
                     interpret=settings.backend == "interpret",
                     trial_timing=settings.trial_timing, finalist_timing=settings.finalist_timing,
                     tolerance=settings.tolerance, seed=settings.seed)
@@ -81,7 +82,7 @@ class TrialWorker:
             # Started first: its processes boot while this one sets up the GPU.
             self.pool = CompilePool(settings.compile_workers, settings.kernel,
                                     settings.problem, settings.seed,
-                                    settings.compile_timeout_s)
+                                    settings.compile_timeout_s, settings.kernel_path)
         self.backend = make_backend(settings)
         self.seed = settings.seed
         self.name = name
@@ -125,5 +126,5 @@ class TrialWorker:
                 self._turn = number + 1
                 self._turns.notify_all()
 
-    def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
         return self.backend.retime(configs, rounds)

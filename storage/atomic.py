@@ -1,6 +1,7 @@
 """Atomic replacement of a file: write a temp file beside it, fsync, rename, fsync the folder.
 
-A reader sees the old file or the new one, never a torn mix, whatever kills the writer.
+A reader sees the old file or the new one, never a torn mix, whatever kills the writer; a
+write that fails (a full disk) removes its temp file and leaves the old file as it was.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def replace_atomically(path: Path, write: Callable[[str], None]) -> None:
-    """Call write(temp_path) to fill a temp file, then move it over path durably."""
+def replace_atomically(path: Path, write: Callable[[str], object]) -> None:
+    """Call write(temp_path) to fill a temp file (its result is ignored), then move it over
+    path durably."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())
     try:
+        os.chmod(tmp, 0o666 & ~_umask())
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

@@ -1,84 +1,166 @@
 """The append-only trial journal: the durable truth of a run.
 
-One JSON object a line, appended with a single write and fsync'd before the trials count
-as done (group commit: the driver appends everything that arrived in one loop turn at once).
-A crash can tear only the last line, which carries no newline yet; reading ignores it and
-opening for append cuts it off, so the next line starts clean. A malformed line with good
-lines after it is real corruption and is reported, never skipped silently.
+One JSON object a line, appended and fsync'd before the trials count as done (group commit:
+the driver appends everything that arrived in one loop turn at once). An append that fails
+(a full disk, an I/O error) is cut back off the file, so nothing of it counts and later
+appends follow a clean line. A crash can tear only the last line, which carries no newline
+yet; reading ignores it and opening for append cuts it off.
 
-Reading goes through pyarrow's JSON reader (C++, multithreaded), which keeps a resume of a
-million-trial run within seconds; Python's json only serves the rare damaged file.
+Every line carries the run's fingerprint, and reading checks every record against the run
+(RecordCheck): a line that is not a well-formed record of this run, anywhere but in the torn
+tail, is reported with its line number, never skipped and never believed.
+
+Reading goes through pyarrow's JSON reader (C++, multithreaded) and checks the records with
+vectorised compute, which keeps a resume of a million-trial run within seconds; Python's
+json only serves a damaged or oddly formatted file, and names its first bad line.
 """
 
 from __future__ import annotations
 
-import io
+import errno
+import hashlib
 import json
+import math
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
-from storage.records import TrialRecord, canonical_json
+from storage.records import STATUSES, VALIDATIONS, TrialRecord, canonical_json
+from storage.schema import RECORD_COLUMNS, RECORD_SCHEMA
+from storage.table import TABLE_RANGES
 
-JOURNAL_SCHEMA = pa.schema([
-    ("index", pa.int64()),
-    ("config", pa.string()),
-    ("status", pa.string()),
-    ("validation", pa.string()),
-    ("latency_ms", pa.float64()),
-    ("latency_p20_ms", pa.float64()),
-    ("latency_p80_ms", pa.float64()),
-    ("error", pa.string()),
-    ("compile_ms", pa.float64()),
-    ("device", pa.string()),
-    ("node", pa.string()),
-    ("worker", pa.string()),
-    ("attempt", pa.int64()),
-    ("started_at", pa.float64()),
-    ("finished_at", pa.float64()),
-])
+RUN_FIELD = "run"  # the journal-only field: the fingerprint of the run that wrote the line
+JOURNAL_SCHEMA = RECORD_SCHEMA.append(pa.field(RUN_FIELD, pa.string()))
+_RUN = re.compile(r"[0-9a-f]{16}")
+
+AttemptEvent = Literal["died", "interrupted"]
+ATTEMPT_EVENTS: tuple[str, ...] = get_args(AttemptEvent)
+
+_CHUNK = 64 * 1024  # how much to read at a time when looking backwards for a newline
+MARK_WINDOW = 1 << 20  # line_mark hashes at most this much of a (pathologically long) line
 
 
 class JournalError(Exception):
-    """The journal is damaged somewhere other than its last line."""
+    """A complete line of the journal (or a row read before it) is not a record of this
+    run: "<path>: line N: <what is wrong>"."""
 
 
-def encode(record: TrialRecord) -> bytes:
+class JournalWriteError(OSError):
+    """An append failed (no space, quota, I/O error) and was cut back off the file: none of
+    its lines count. errno and filename are the failure's and the journal's."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """What every record of a run must agree with."""
+
+    total: int  # valid indices are 0..total-1
+    run: str  # the run's fingerprint, which every line must carry
+    # For an int64 array of valid indices, the canonical config JSON each must carry.
+    expected_configs: Callable[[np.ndarray], pa.Array]
+
+    def __post_init__(self) -> None:
+        _check_run(self.run)
+        if self.total < 0:
+            raise ValueError(f"total {self.total} is negative")
+
+
+def _check_run(run: str) -> None:
+    if not isinstance(run, str) or not _RUN.fullmatch(run):
+        raise ValueError(f"a run's fingerprint is 16 lowercase hex digits, not {run!r}")
+
+
+# -- writing -----------------------------------------------------------------------------
+
+def encode(record: TrialRecord, run: str) -> bytes:
+    """One journal line: the record, its config as canonical JSON, and the run's fingerprint."""
+    _check_run(run)
     data = record.to_json()
     data["config"] = canonical_json(data["config"])
+    data[RUN_FIELD] = run
     return (json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n").encode()
 
 
-def _complete_part(raw: bytes) -> bytes:
-    """Everything up to the last newline: a torn final line is not part of the journal."""
-    end = raw.rfind(b"\n")
-    return raw[: end + 1] if end >= 0 else b""
+def encode_attempt(index: int, attempt: int, event: AttemptEvent, run: str) -> bytes:
+    """An attempt spent without a record: its worker "died", or the run was "interrupted"."""
+    _check_run(run)
+    if event not in ATTEMPT_EVENTS:
+        raise ValueError(f"unknown attempt event {event!r}")
+    line = {"index": index, "attempt": attempt, "event": event, RUN_FIELD: run}
+    return (json.dumps(line, separators=(",", ":")) + "\n").encode()
 
 
 class Journal:
-    """Appends lines durably. Opening cuts a torn tail left by a crash."""
+    """Appends lines durably, all of a group or none. Opening cuts a torn tail left by a
+    crash."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        raw = path.read_bytes() if path.exists() else b""
-        keep = len(_complete_part(raw))
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if keep != len(raw):
-            os.ftruncate(self._fd, keep)
-            os.fsync(self._fd)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._undo_failed: OSError | None = None
+        try:
+            size = os.fstat(self._fd).st_size
+            keep = _complete_length(self._fd, size)
+            if keep != size:
+                os.ftruncate(self._fd, keep)
+                os.fsync(self._fd)
+        except BaseException:
+            self.close()
+            raise
 
     def append(self, lines: Iterable[bytes]) -> int:
-        """Write and fsync newline-terminated lines; returns the bytes written."""
-        payload = b"".join(lines)
-        if payload:
-            os.write(self._fd, payload)
+        """Write and fsync newline-terminated lines; returns the bytes written. On failure
+        the file is cut back to its length before this call and JournalWriteError raised."""
+        group = list(lines)
+        payload = b"".join(group)
+        if not payload:
+            return 0
+        if self._fd < 0:
+            raise ValueError(f"{self.path}: the journal is closed")
+        if self._undo_failed is not None:
+            # Something of a failed group may still be on file: appending after it would
+            # bury it mid-journal. Reopening cuts a torn tail.
+            raise JournalWriteError(self._undo_failed.errno,
+                                    "an earlier failed append could not be cut off; reopen "
+                                    f"the journal ({len(group)} records not written)",
+                                    str(self.path))
+        length = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(self._fd, view)  # may write only part: loop on the rest
+                if written <= 0:
+                    raise OSError(errno.EIO, "write made no progress")
+                view = view[written:]
             os.fsync(self._fd)
+        except BaseException as e:
+            self._cut_back(length)
+            if not isinstance(e, OSError):
+                raise
+            reason = os.strerror(e.errno) if e.errno else str(e)
+            raise JournalWriteError(e.errno, f"{reason[:1].lower()}{reason[1:]} "
+                                    f"({len(group)} records not written)",
+                                    str(self.path)) from e
         return len(payload)
+
+    def _cut_back(self, length: int) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+            os.fsync(self._fd)
+        except OSError as e:
+            self._undo_failed = e
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -92,76 +174,365 @@ class Journal:
         self.close()
 
 
-def append_records(journal: Journal, records: Iterable[TrialRecord]) -> int:
-    return journal.append(encode(r) for r in records)
+def append_records(journal: Journal, records: Iterable[TrialRecord], run: str) -> int:
+    return journal.append(encode(r, run) for r in records)
 
 
-def encode_attempt(index: int, attempt: int, event: str) -> bytes:
-    """An attempt spent without a record: its worker "died", or the run was "interrupted"."""
-    return (json.dumps({"index": index, "attempt": attempt, "event": event}) + "\n").encode()
+def _complete_length(fd: int, size: int) -> int:
+    """Where the complete part of a file ends: just after its last newline. Reads backwards
+    from the end, so only the torn tail and the line before it are read."""
+    pos = size
+    while pos > 0:
+        lo = max(0, pos - _CHUNK)
+        cut = os.pread(fd, pos - lo, lo).rfind(b"\n")
+        if cut >= 0:
+            return lo + cut + 1
+        pos = lo
+    return 0
 
 
-def read_attempts(path: Path) -> tuple[dict[int, int], dict[int, int]]:
-    """(highest attempt spent, worker deaths) per index, from the attempt log."""
-    raw = _complete_part(path.read_bytes()) if path.exists() else b""
-    spent: dict[int, int] = {}
-    deaths: dict[int, int] = {}
-    for line in raw.splitlines():
-        try:
-            event = json.loads(line)
-            index, attempt = int(event["index"]), int(event["attempt"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a lost event only makes `attempt` smaller, never loses a trial
-        spent[index] = max(spent.get(index, 0), attempt)
-        if event.get("event") == "died":
-            deaths[index] = deaths.get(index, 0) + 1
-    return spent, deaths
+def line_mark(path: Path, end: int) -> str | None:
+    """A short hash of the complete line ending exactly at byte `end`; None if end is 0,
+    beyond the file (or there is no file), or not just after a newline. Stored with a
+    journal offset, it tells whether a journal found later is the one that offset was
+    taken from. Reads only that line (at most MARK_WINDOW bytes of it)."""
+    if end <= 0 or not path.exists():
+        return None
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        if end > os.fstat(fd).st_size or os.pread(fd, 1, end - 1) != b"\n":
+            return None
+        pieces: list[bytes] = []
+        pos, floor = end - 1, max(0, end - MARK_WINDOW)
+        while pos > floor:
+            lo = max(floor, pos - _CHUNK)
+            chunk = os.pread(fd, pos - lo, lo)
+            cut = chunk.rfind(b"\n")
+            pieces.append(chunk[cut + 1:])
+            if cut >= 0:
+                break
+            pos = lo
+    line = b"".join(reversed(pieces)) + b"\n"
+    return hashlib.sha256(line).hexdigest()[:16]
 
 
-def read_journal(path: Path, start: int = 0,
-                 before: pa.Table | None = None) -> tuple[pa.Table, int]:
-    """Every durable record from byte `start` on, after the records `before` (read earlier,
-    e.g. from the table), once per index (the first wins), sorted by index; and the byte
-    offset where the complete part of the journal ends."""
-    raw = b""
-    if path.exists():
-        with open(path, "rb") as f:
-            f.seek(start)
-            raw = _complete_part(f.read())
-    end = start + len(raw)
-    table = JOURNAL_SCHEMA.empty_table()
-    if raw:
+# -- reading: lines --------------------------------------------------------------------
+
+class _Bad(Exception):
+    """What is wrong with one line or row, in words."""
+
+
+_JSON_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+               list: "an array", dict: "an object", type(None): "null"}
+
+
+def _kind(value: object) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _Bad(f"key {key!r} appears twice")
+        seen[key] = value
+    return seen
+
+
+def _no_constant(name: str) -> None:
+    raise _Bad(f"{name} is not a JSON number")
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(line, object_pairs_hook=_no_repeats, parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise _Bad("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise _Bad(f"not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(value, dict):
+        raise _Bad(f"not a JSON object but {_kind(value)}")
+    return value
+
+
+def _check_keys(row: dict[str, Any], keys: Iterable[str]) -> None:
+    expected = list(keys)
+    missing = [k for k in expected if k not in row]
+    unknown = [k for k in row if k not in expected]
+    if missing:
+        raise _Bad(f"lacks {', '.join(missing)}")
+    if unknown:
+        raise _Bad(f"has unknown keys {', '.join(unknown)}")
+
+
+def _expected_kind(value: object, type_: pa.DataType) -> str | None:
+    """What a JSON value for a column of type_ should be, if it is not that; else None."""
+    if pa.types.is_int64(type_):
+        if type(value) is int and -(2**63) <= value < 2**63:
+            return None
+        return "a 64-bit integer"
+    if pa.types.is_float64(type_):
+        if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
+            return None
+        return "a finite number"
+    return None if type(value) is str else "a string"
+
+
+_NULLABLE = {c.name: c.nullable for c in RECORD_COLUMNS} | {RUN_FIELD: False}
+
+
+def _parse_record(line: bytes) -> dict[str, Any]:
+    """One journal line as a row of JOURNAL_SCHEMA, its JSON shape checked; _Bad if not."""
+    row = _json_object(line)
+    _check_keys(row, JOURNAL_SCHEMA.names)
+    for field in JOURNAL_SCHEMA:
+        value = row[field.name]
+        if value is None:
+            if not _NULLABLE[field.name]:
+                raise _Bad(f"{field.name} is null")
+            continue
+        expected = _expected_kind(value, field.type)
+        if expected is not None:
+            raise _Bad(f"{field.name}: expected {expected}, got {_kind(value)} "
+                       f"{json.dumps(value)[:40]}")
+    return row
+
+
+def _key_patterns() -> tuple[tuple[bytes, int], ...]:
+    """(pattern, keys it matches) for finding lines that lack a nullable key, which pyarrow
+    reads as null. A key's end, `_ms":`, occurs only where a key ends (inside a string the
+    quote would be escaped), and the fast path has refused unknown and repeated keys; so if
+    a pattern occurs `keys` times per line on average, every line has every key it matches.
+    Grouping keys by their last word keeps the passes over the data few."""
+    names = JOURNAL_SCHEMA.names
+    ends = {f"_{c.name.rsplit('_', 1)[1]}" if "_" in c.name else f'"{c.name}'
+            for c in RECORD_COLUMNS if c.nullable}
+    return tuple((f'{end}":'.encode(), sum(f'"{n}'.endswith(end) for n in names))
+                 for end in sorted(ends))
+
+
+_KEY_PATTERNS = _key_patterns()
+
+
+# How encode() begins and ends a line: with the first field, and with the run's fingerprint
+# (a string) as the last value. A long needle makes counting line joints fast.
+_LINE_START = f'{{"{JOURNAL_SCHEMA.names[0]}":'.encode()
+_LINE_END = b'"}\n'
+_JOINT = _LINE_END + _LINE_START
+
+
+def _parse_fast(data: bytes, n: int) -> pa.Table | None:
+    """data[:n] (whole lines) through pyarrow's JSON reader, or None when its shape needs
+    the line-by-line path: pyarrow (26) crashes on a line holding just `null`, and reads
+    blank lines, an object spread over lines, two objects on a line and missing keys
+    without complaint, and does not check that strings are UTF-8. So it only gets lines
+    that begin and end as encode() writes them (others take the slow path), and its result
+    stands only with one row a line, valid text and no nullable key missing."""
+    lines = data.count(b"\n", 0, n)
+    if not (data.startswith(_LINE_START) and data.startswith(_LINE_END, n - len(_LINE_END), n)
+            and data.count(_JOINT, 0, n) == lines - 1):
+        return None
+    # Counting keys is a pass over the data per pattern: it runs while pyarrow parses,
+    # which releases the GIL.
+    with ThreadPoolExecutor(1) as pool:
+        keys_present = pool.submit(_every_line_has_the_nullable_keys, data, n, lines)
         try:
             table = paj.read_json(
-                io.BytesIO(raw),
+                pa.BufferReader(pa.py_buffer(data).slice(0, n)),
                 parse_options=paj.ParseOptions(explicit_schema=JOURNAL_SCHEMA,
-                                               unexpected_field_behavior="error"),
-            )
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            table = _read_slowly(path, raw)
-        table = table.select(JOURNAL_SCHEMA.names)
+                                               unexpected_field_behavior="error"))
+            table.validate(full=True)  # pyarrow's parser leaves text that is not UTF-8 be
+        except (pa.ArrowException, ValueError):
+            return None
+        if table.num_rows != lines or not keys_present.result():
+            return None
+    return table
+
+
+def _every_line_has_the_nullable_keys(data: bytes, n: int, lines: int) -> bool:
+    return all(data.count(pattern, 0, n) == keys * lines for pattern, keys in _KEY_PATTERNS)
+
+
+# -- reading: what every record must be ------------------------------------------------
+
+Row = dict[str, Any]
+Rule = tuple[Any, Callable[[Row], str]]  # per-row booleans (null fails; None: all hold)
+
+
+def _rules(table: pa.Table, check: RecordCheck) -> Iterator[Rule]:
+    """Each rule a record must keep, in the order their failures are reported."""
+    with_run = RUN_FIELD in table.column_names
+    required = [c.name for c in RECORD_COLUMNS if not c.nullable]
+    if with_run:
+        required.append(RUN_FIELD)
+    for name in required:
+        column = table[name]
+        yield pc.is_valid(column) if column.null_count else None, _says_missing(name)
+    index = table["index"]
+    in_range = pc.and_(pc.greater_equal(index, 0), pc.less(index, check.total))
+    yield in_range, lambda row: f"index {row['index']} is outside 0..{check.total - 1}"
+    if with_run:
+        yield (pc.equal(table[RUN_FIELD], check.run),
+               lambda row: f"written by another run ({row[RUN_FIELD]}, this run is {check.run})")
+    yield _configs_match(table, check, in_range), lambda row: (
+        f"config {row['config']} is not config {row['index']}, "
+        f"{_expected_config(check, row['index'])}")
+    yield (pc.is_in(table["status"], value_set=pa.array(STATUSES)),
+           lambda row: f"unknown status {row['status']!r}")
+    yield (pc.is_in(table["validation"], value_set=pa.array(VALIDATIONS)),
+           lambda row: f"unknown validation {row['validation']!r}")
+    yield (pc.equal(pc.is_valid(table["latency_ms"]), pc.equal(table["status"], "ok")),
+           lambda row: "status ok without latency_ms" if row["status"] == "ok"
+           else f"latency_ms given for status {row['status']!r}")
+    yield pc.greater_equal(table["attempt"], 1), lambda row: f"attempt {row['attempt']} is below 1"
+    for c in RECORD_COLUMNS:
+        if pa.types.is_floating(c.type):
+            yield pc.fill_null(pc.is_finite(table[c.name]), True), _says_not_finite(c.name)
+    for name, (lo, hi) in TABLE_RANGES.items():
+        column = table[name]
+        fits = pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))
+        yield pc.fill_null(fits, True), _says_out_of_range(name, lo, hi)
+
+
+def _says_missing(name: str) -> Callable[[Row], str]:
+    return lambda row: f"{name} is missing or null"
+
+
+def _says_not_finite(name: str) -> Callable[[Row], str]:
+    return lambda row: f"{name} {row[name]} is not finite"
+
+
+def _says_out_of_range(name: str, lo: float, hi: float) -> Callable[[Row], str]:
+    return lambda row: f"{name} {row[name]} is outside the table's range {lo:.15g}..{hi:.15g}"
+
+
+def _configs_match(table: pa.Table, check: RecordCheck, in_range: Any) -> Any:
+    """Per row: its config is the one its index names (rows with a bad index fail)."""
+    valid = np.asarray(pc.fill_null(in_range, False))
+    if not valid.any():
+        return pa.array(valid)
+    index = np.asarray(pc.fill_null(table["index"], -1))
+    config = table["config"]
+    if valid.all():
+        return pc.equal(config, check.expected_configs(index))
+    same = np.zeros(len(valid), dtype=bool)
+    expected = check.expected_configs(index[valid])
+    same[valid] = np.asarray(pc.fill_null(pc.equal(config.filter(pa.array(valid)), expected),
+                                          False))
+    return pa.array(same)
+
+
+def _expected_config(check: RecordCheck, index: int) -> str:
+    return str(check.expected_configs(np.array([index], dtype=np.int64))[0].as_py())
+
+
+def _first_failure(mask: Any) -> int | None:
+    if mask is None:
+        return None
+    if mask.null_count:
+        mask = pc.fill_null(mask, False)
+    if pc.all(mask).as_py():
+        return None
+    return int(np.argmin(np.asarray(mask)))
+
+
+def _first_problem(table: pa.Table, check: RecordCheck) -> tuple[int, str] | None:
+    """The first row that breaks a rule, and what is wrong with it (the first rule it breaks);
+    None when every row keeps every rule."""
+    if table.num_rows == 0:
+        return None
+    first: tuple[int, Callable[[Row], str]] | None = None
+    for mask, problem in _rules(table, check):
+        row = _first_failure(mask)
+        if row is not None and (first is None or row < first[0]):
+            first = (row, problem)
+    if first is None:
+        return None
+    row, problem = first
+    return row, problem(table.slice(row, 1).to_pylist()[0])
+
+
+# -- reading: the journal --------------------------------------------------------------
+
+def read_journal(path: Path, check: RecordCheck, start: int = 0,
+                 before: pa.Table | None = None) -> tuple[pa.Table, int]:
+    """Every durable record from byte `start` on, after the records `before` (read earlier,
+    e.g. from the table, in the record columns), once per index (the first wins), sorted by
+    index, in the record columns; and the byte offset where the complete part of the
+    journal ends. Every record must pass `check`, else JournalError names the first that
+    does not ("<path>: line N: ..."); only the torn, newline-less tail is ignored."""
+    data = b""
+    if path.exists():
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if start > size:
+                raise JournalError(f"{path}: holds {size} bytes, fewer than the {start} "
+                                   "read before")
+            if start > 0 and os.pread(f.fileno(), 1, start - 1) != b"\n":
+                raise JournalError(f"{path}: byte {start} does not begin a line")
+            f.seek(start)
+            data = f.read()
+    elif start > 0:
+        raise JournalError(f"{path}: missing, but {start} bytes of it were read before")
+    n = data.rfind(b"\n") + 1  # the complete part; a torn last line has no newline yet
+    parts: list[pa.Table] = []
     if before is not None and before.num_rows:
-        table = pa.concat_tables([before.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA),
-                                  table])
-    return _first_per_index(table), end
+        parts.append(_checked_before(path, before, check, start))
+    if n:
+        parts.append(_checked_lines(path, data, n, check, start))
+    table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
+    return _first_per_index(table), start + n
 
 
-def _read_slowly(path: Path, raw: bytes) -> pa.Table:
-    rows: list[dict] = []
-    lines = raw.split(b"\n")[:-1]
-    bad_at: int | None = None
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or set(row) != set(JOURNAL_SCHEMA.names):
-                raise ValueError("not a trial record")
-        except ValueError:
-            bad_at = bad_at or number
-            continue
-        if bad_at is not None:
-            raise JournalError(f"{path}: line {bad_at}: damaged record followed by good ones")
-        rows.append(row)
-    return pa.Table.from_pylist(rows, schema=JOURNAL_SCHEMA)
+def _checked_before(path: Path, before: pa.Table, check: RecordCheck, start: int) -> pa.Table:
+    where = f"{path}: the table read before byte {start}"
+    try:
+        table = before.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+        table.validate(full=True)
+    except (KeyError, pa.ArrowException) as e:
+        raise JournalError(f"{where}: does not hold the record columns ({e})") from None
+    problem = _first_problem(table, check)
+    if problem is not None:
+        raise JournalError(f"{where}, row {problem[0] + 1}: {problem[1]}")
+    return table
+
+
+def _checked_lines(path: Path, data: bytes, n: int, check: RecordCheck,
+                   start: int) -> pa.Table:
+    def fail(row: int, problem: str) -> JournalError:
+        # Counting the lines before `start` costs a pass over them: only on the way out.
+        return JournalError(f"{path}: line {_lines_before(path, start) + row + 1}: {problem}")
+
+    table = _parse_fast(data, n)
+    if table is None:
+        rows: list[Row] = []
+        bad: tuple[int, str] | None = None
+        for number, line in enumerate(data[:n].split(b"\n")[:-1]):
+            try:
+                rows.append(_parse_record(line))
+            except _Bad as e:
+                bad = (number, str(e))
+                break
+        table = pa.Table.from_pylist(rows, schema=JOURNAL_SCHEMA)
+        problem = _first_problem(table, check)  # a line before the shapeless one may lie
+        if problem is None and bad is not None:
+            problem = bad
+    else:
+        problem = _first_problem(table, check)
+    if problem is not None:
+        raise fail(*problem)
+    return table.select(RECORD_SCHEMA.names)
+
+
+def _lines_before(path: Path, start: int) -> int:
+    count = 0
+    with open(path, "rb") as f:
+        while f.tell() < start:
+            chunk = f.read(min(_CHUNK * 16, start - f.tell()))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+    return count
 
 
 def _first_per_index(table: pa.Table) -> pa.Table:
@@ -176,3 +547,37 @@ def _first_per_index(table: pa.Table) -> pa.Table:
         keep[1:] = index[1:] != index[:-1]
         table = table.filter(pa.array(keep))
     return table
+
+
+# -- reading: the attempt log ----------------------------------------------------------
+
+def read_attempts(path: Path, check: RecordCheck) -> tuple[dict[int, int], dict[int, int]]:
+    """(highest attempt spent, worker deaths) per index, from the attempt log. A complete
+    line that is not an attempt event of this run is a JournalError naming it."""
+    raw = path.read_bytes() if path.exists() else b""
+    spent: dict[int, int] = {}
+    deaths: dict[int, int] = {}
+    for number, line in enumerate(raw[: raw.rfind(b"\n") + 1].split(b"\n")[:-1], start=1):
+        try:
+            index, attempt, event = _parse_attempt(line, check)
+        except _Bad as e:
+            raise JournalError(f"{path}: line {number}: {e}") from None
+        spent[index] = max(spent.get(index, 0), attempt)
+        if event == "died":
+            deaths[index] = deaths.get(index, 0) + 1
+    return spent, deaths
+
+
+def _parse_attempt(line: bytes, check: RecordCheck) -> tuple[int, int, str]:
+    event = _json_object(line)
+    _check_keys(event, ("index", "attempt", "event", RUN_FIELD))
+    index, attempt, kind, run = (event[k] for k in ("index", "attempt", "event", RUN_FIELD))
+    if type(index) is not int or not 0 <= index < check.total:
+        raise _Bad(f"index {json.dumps(index)} is not an integer in 0..{check.total - 1}")
+    if type(attempt) is not int or attempt < 1:
+        raise _Bad(f"attempt {json.dumps(attempt)} is not an integer from 1")
+    if kind not in ATTEMPT_EVENTS:
+        raise _Bad(f"unknown event {json.dumps(kind)}")
+    if run != check.run:
+        raise _Bad(f"written by another run ({json.dumps(run)}, this run is {check.run})")
+    return index, attempt, kind

@@ -1,5 +1,9 @@
 """The trial record: the one typed row that crosses from actors to storage.
 
+The TrialRecord dataclass is the one definition of a record's columns: their names, their
+order (the trial table's), their types and which may be null. Everything else (the table's
+column list, the journal's schema, the table's Arrow types) is derived from it.
+
 Statuses and validation outcomes are closed sets; anything else is a bug, so the
 constructor refuses it rather than letting it reach the table.
 """
@@ -7,7 +11,7 @@ constructor refuses it rather than letting it reach the table.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, get_args
 
 Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed"]
@@ -15,13 +19,6 @@ Validation = Literal["passed", "failed", "skipped", "disabled"]
 STATUSES: tuple[str, ...] = get_args(Status)
 VALIDATIONS: tuple[str, ...] = get_args(Validation)
 MAX_ERROR_CHARS = 2048
-
-# Columns of the trial table other than the parameters; a parameter may not reuse one.
-TABLE_COLUMNS: tuple[str, ...] = (
-    "index", "config", "status", "latency_ms", "latency_p20_ms", "latency_p80_ms",
-    "validation", "error", "compile_ms", "device", "node", "worker", "attempt",
-    "started_at", "finished_at",
-)
 
 
 def canonical_json(value: Any) -> str:
@@ -53,29 +50,37 @@ class TrialOutcome:
 
 @dataclass(frozen=True)
 class TrialRecord:
+    """One trial's outcome. The fields are the trial table's columns, in its order (the
+    parameters' columns go after `index`); a field added here is added everywhere."""
+
     index: int
-    config: dict[str, Any]
+    config: dict[str, Any]  # stored as its canonical JSON
     status: Status
-    validation: Validation
-    latency_ms: float | None
+    latency_ms: float | None  # exactly when status is "ok"
     latency_p20_ms: float | None
     latency_p80_ms: float | None
+    validation: Validation
     error: str | None
     compile_ms: float | None
     device: str
     node: str
     worker: str
-    attempt: int
+    attempt: int  # 1 for the first run of this config, counting re-runs
     started_at: float  # seconds since the epoch, UTC
     finished_at: float
 
     def __post_init__(self) -> None:
+        # The same rules the journal's reader enforces: what it would refuse is never written.
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
         if self.validation not in VALIDATIONS:
             raise ValueError(f"unknown validation {self.validation!r}")
         if self.status == "ok" and self.latency_ms is None:
             raise ValueError("an ok trial needs a latency")
+        if self.status != "ok" and self.latency_ms is not None:
+            raise ValueError(f"only an ok trial has a latency, not a {self.status} one")
+        if self.attempt < 1:
+            raise ValueError(f"attempt {self.attempt} is below 1")
         if self.error is not None and len(self.error) > MAX_ERROR_CHARS:
             object.__setattr__(self, "error", clip_error(self.error))
 
@@ -103,3 +108,7 @@ class TrialRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialRecord:
         return cls(**data)
+
+
+# Columns of the trial table other than the parameters; a parameter may not reuse one.
+TABLE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TrialRecord))

@@ -42,6 +42,9 @@ class Snapshot:
     best: Best | None
     written_at: float = field(default_factory=time.time)
     first_dispatch_at: float | None = None  # this session's first trial handed out
+    # The fastest few re-timed side by side, which chose `best` (a complete run's), kept
+    # here too so that a lost best.json can be rebuilt as it was.
+    finalists: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _checksum(body: dict[str, Any]) -> str:
@@ -66,6 +69,22 @@ def read_snapshot(path: Path) -> Snapshot:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+
+
+def read_best(path: Path, fingerprint: str) -> dict[str, Any] | None:
+    """best.json as written for this run, or None if it is missing, damaged or another
+    run's."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint or \
+            set(doc) != set(BEST_KEYS):
+        return None
+    return doc
+
+
+BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists")
 
 
 def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool,

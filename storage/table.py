@@ -8,53 +8,81 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.atomic import replace_atomically
+from storage.schema import RECORD_COLUMNS
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+ArrowColumn: TypeAlias = "pa.Array | pa.ChunkedArray"
+
+# Where the table's type differs from the journal's: narrower counts, real timestamps
+# where the journal holds seconds since the epoch. Every other column is as in the journal.
+TABLE_TYPES: dict[str, pa.DataType] = {
+    "attempt": pa.int32(), "started_at": TIMESTAMP, "finished_at": TIMESTAMP,
+}
 
 
-def _timestamps(seconds: pa.ChunkedArray) -> pa.Array:
-    micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
-    return pc.cast(micros, TIMESTAMP)
+def _range(type_: pa.DataType) -> tuple[float, float]:
+    if type_ == pa.int32():
+        return -(2**31), 2**31 - 1
+    if type_ == TIMESTAMP:
+        return -9.2e12, 9.2e12  # seconds whose microseconds fit in an int64
+    raise TypeError(f"no range known for {type_}")
+
+
+# The journal values a narrowed column can hold in the table (inclusive): the journal's
+# reader refuses others, so building the table cannot fail on them.
+TABLE_RANGES: dict[str, tuple[float, float]] = {n: _range(t) for n, t in TABLE_TYPES.items()}
+
+
+def _to_table(column: ArrowColumn, type_: pa.DataType) -> ArrowColumn:
+    if column.type == type_:
+        return column
+    if pa.types.is_timestamp(type_):  # seconds as float -> whole microseconds
+        micros = pc.cast(pc.round(pc.multiply(column, 1e6)), pa.int64())
+        return pc.cast(micros, type_)
+    return pc.cast(column, type_)
+
+
+def _from_table(column: ArrowColumn, type_: pa.DataType) -> ArrowColumn:
+    if column.type == type_:
+        return column
+    if pa.types.is_timestamp(column.type):
+        micros = pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
+        return pc.divide(pc.cast(micros, pa.float64()), 1e6)
+    return pc.cast(column, type_)
 
 
 def build_table(
     records: pa.Table, params: Mapping[str, pa.Array], metadata: Mapping[str, str]
 ) -> pa.Table:
-    """records: the journal's rows sorted by index; params: their parameter values, aligned."""
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {"index": records.column("index")}
-    columns.update(params)
-    for name in ("config", "status", "latency_ms", "latency_p20_ms", "latency_p80_ms",
-                 "validation", "error", "compile_ms", "device", "node", "worker"):
-        columns[name] = records.column(name)
-    columns["attempt"] = pc.cast(records.column("attempt"), pa.int32())
-    columns["started_at"] = _timestamps(records.column("started_at"))
-    columns["finished_at"] = _timestamps(records.column("finished_at"))
+    """records: the journal's rows sorted by index; params: their parameter values, aligned.
+    The parameters' columns go right after `index`."""
+    columns: dict[str, ArrowColumn] = {}
+    for c in RECORD_COLUMNS:
+        columns[c.name] = _to_table(records.column(c.name), TABLE_TYPES.get(c.name, c.type))
+        if c.name == "index":
+            columns.update(params)
     table = pa.table(columns)
     return table.replace_schema_metadata({k: str(v) for k, v in metadata.items()})
 
 
-def records_from_table(path) -> tuple[pa.Table, dict[str, str]]:
+def records_from_table(path: Path | str) -> tuple[pa.Table, dict[str, str]]:
     """The record columns of a written table, in the journal's form, and its metadata:
     reading them back is far faster than re-parsing the journal they came from."""
-    table = pq.read_table(path)
+    table = pq.read_table(path, columns=[c.name for c in RECORD_COLUMNS])
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    columns = {name: table.column(name) for name in (
-        "index", "config", "status", "validation", "latency_ms", "latency_p20_ms",
-        "latency_p80_ms", "error", "compile_ms", "device", "node", "worker")}
-    columns["attempt"] = pc.cast(table.column("attempt"), pa.int64())
-    for name in ("started_at", "finished_at"):
-        micros = pc.cast(pc.cast(table.column(name), pa.timestamp("us")), pa.int64())
-        columns[name] = pc.divide(pc.cast(micros, pa.float64()), 1e6)
-    return pa.table(columns), meta
+    return pa.table({c.name: _from_table(table.column(c.name), c.type)
+                     for c in RECORD_COLUMNS}), meta
 
 
-def write_table(path, table: pa.Table) -> None:
+def write_table(path: Path, table: pa.Table) -> None:
     replace_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 

@@ -1,8 +1,8 @@
-"""`sweep run`, `sweep resume`, `sweep report`.
+"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`.
 
-Exit codes: 0 complete (or stopped by --max-trials), 1 internal failure, 2 bad input,
-130 stopped by SIGINT, 143 stopped by SIGTERM. Progress goes to stderr, the summary to
-stdout.
+Exit codes: 0 complete (or stopped by --max-trials), 1 internal failure (a full disk
+among them), 2 bad input, 130 stopped by SIGINT, 143 stopped by SIGTERM. Progress goes to
+stderr, the summary to stdout.
 """
 
 from __future__ import annotations
@@ -15,9 +15,34 @@ from sweep.stop import StopController
 STOP = StopController()
 STOP.install()
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+
+
+def _own_packages_first() -> str:
+    """`python -m` puts the current directory first on sys.path, where a user's own folder
+    named like one of this project's packages (storage/, actors/) would replace it; with an
+    editable install even a place at the end would. So bind this project's top-level
+    packages before the directory goes back, at the end: a user's "module:attr" kernel
+    still resolves from it. Returns that directory."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the directory was deleted under us
+        here = ""
+    sys.path[:] = [p for p in sys.path if p not in ("", here)]
+    import actors  # noqa: F401
+    import storage  # noqa: F401
+    import sweep_kernels  # noqa: F401
+
+    if here:
+        sys.path.append(here)
+    return here
+
+
+_own_packages_first()
+
+import argparse  # noqa: E402
+import shlex  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from rich.console import Console  # noqa: E402
@@ -27,7 +52,7 @@ from sweep.report import say  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sweep", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start a sweep from a spec")
     run.add_argument("spec", type=Path)
@@ -56,18 +81,28 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # "module:attr" kernels resolve from here
     stop = STOP
     # Again, for an in-process caller (tests) that restored the handlers after a former
     # call. The command itself keeps them to the end: a signal while Python shuts down
     # must not turn a finished run into a KeyboardInterrupt.
     stop.install()
+    code = _main(args, stop, Console(), Console(stderr=True))
+    cluster = sys.modules.get("sweep.cluster")
+    if cluster is not None and cluster.abandoned():
+        # A thread is stuck inside ray.init: Ray's exit hooks would wait on it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console) -> int:
     from storage.journal import JournalError
+    from storage.lock import RunDirBusy
     from sweep.spec import SpecError
 
-    out = Console()
-    err = Console(stderr=True)
+    command = shlex.join(["sweep", *(sys.argv[1:] if sys.argv[1:2] == [args.command]
+                                     else [args.command])])
     try:
         if args.command == "report":
             from sweep.report import report
@@ -81,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
         from sweep.session import Session
 
-        session = (Session.start(args.spec, args.out, args.backend) if args.command == "run"
-                   else Session.reopen(args.dir, err))
+        session = (Session.start(args.spec, args.out, args.backend, command)
+                   if args.command == "run" else Session.reopen(args.dir, err, command))
         return session.execute(args.address, args.max_trials, args.cache_partial, stop, out, err)
-    except (SpecError, JournalError) as e:
+    except (SpecError, JournalError, RunDirBusy) as e:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT

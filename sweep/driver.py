@@ -1,39 +1,61 @@
-"""The driver loop: a dynamic queue feeding Ray actors, faults handled per trial.
+"""The driver loop: a dynamic queue feeding workers, faults handled per trial.
 
-Each worker keeps `depth` batches in flight; as records stream back (ray.wait over the
-workers' generators) they are appended to the journal in one fsync'd write per loop turn
-and only then counted. Because records stream, the driver knows which trial each worker is
-running and since when, so:
-- a trial past its timeout is recorded `timeout`, its worker killed and replaced;
+Each worker, once up, keeps `depth` batches in flight; as records arrive (events from a
+Runtime, see sweep/runtime.py) they are committed to the run's log in one durable write
+per loop turn and only then counted. Because records stream, the driver knows which trial
+each worker is running and since when, so:
+- a trial past its timeout is recorded `timeout`, its worker killed and replaced; a worker
+  that makes no progress between batches is replaced without blaming a trial;
 - a worker that dies is blamed on the first trial it had not reported. Messages sent just
   before a process dies can be lost, so that blame is only a suspicion: the suspect runs
   again alone on a fresh worker ("probation"), where a death is certainly its own. A trial
   whose worker died more than max_retries times, the last on probation, is `crashed`.
-  Every other unfinished trial goes back to the front of the queue unharmed.
+  A worker that dies before it was up blames nobody. Every other unfinished trial goes
+  back to the front of the queue unharmed.
+Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
+out trials; records carry wall-clock times.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
-
 from actors.timing import Timing
-from actors.worker import BatchStarted, TrialWorker, WorkerSettings
-from storage.journal import Journal, append_records, encode_attempt
 from storage.records import TrialOutcome, TrialRecord
+from sweep.runtime import (
+    BatchBegan,
+    BatchDone,
+    Event,
+    Runtime,
+    Trial,
+    TrialDone,
+    WorkerLost,
+    WorkerUp,
+)
 from sweep.space import Space
 from sweep.tally import Tally
 
-Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
 Ending = Literal["complete", "stopped", "budget"]
+
+
+@dataclass(frozen=True)
+class SpentAttempt:
+    """An attempt that ended without a record: its worker "died", or the run was
+    "interrupted" while it ran. Resume numbers the next attempt after it."""
+
+    index: int
+    attempt: int
+    event: Literal["died", "interrupted"]
+
+
+class TrialLog(Protocol):
+    """Where finished trials go: durably, before they count (see sweep/rundir.py)."""
+
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None: ...
 
 
 class Observer(Protocol):
@@ -42,17 +64,6 @@ class Observer(Protocol):
     def on_records(self, records: list[TrialRecord], tally: Tally) -> None: ...
 
     def on_event(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How many workers, and what each asks of Ray."""
-
-    workers: int
-    num_gpus: float = 0.0
-    num_cpus: float = 0.0
-    env: dict[str, str] = field(default_factory=dict)
-    compile_workers: int = 0  # compile processes per worker (cuda)
 
 
 @dataclass(frozen=True)
@@ -65,16 +76,17 @@ class Limits:
     depth: int = 2
     max_trials: int | None = None
     start_timeout_s: float = 60.0
+    hint_span: int = 0  # how far down the queue idle compile pools may look
+    max_failed_starts: int = 3  # consecutive deaths of one slot's workers before any trial
 
 
 @dataclass
 class _Batch:
+    number: int
     trials: list[Trial]
-    gen: Any  # ray ObjectRefGenerator
     probation: bool = False  # a lone suspect: a death now is certainly its own
     started: bool = False
     done: int = 0
-    since: float = 0.0  # when the trial now running began, as the driver saw it
 
     def unfinished(self) -> list[Trial]:
         return self.trials[self.done:]
@@ -82,20 +94,28 @@ class _Batch:
 
 @dataclass
 class _Slot:
-    name: str
-    actor: Any
+    """A place for one worker; it outlives the workers that fill it."""
+
+    name: str = ""
     batches: deque[_Batch] = field(default_factory=deque)
     device: str = "unknown"
     node: str = "unknown"
-    failed_starts: int = 0
-    sent: int = 0  # batches sent to this actor; the worker runs them in this order
-    ready: Any = None  # its info() call, answered once the worker is up
-    born: float = field(default_factory=time.monotonic)
     up: bool = False
+    born: float = 0.0  # when its worker was started
+    since: float = 0.0  # when its current trial became due (monotonic)
+    sent: int = 0  # batches sent to this worker; it runs them in this order
+    failed_starts: int = 0
 
     @property
     def on_probation(self) -> bool:
         return any(b.probation for b in self.batches)
+
+    def unfinished(self) -> list[Trial]:
+        return [t for b in self.batches for t in b.unfinished()]
+
+    def head(self) -> _Batch | None:
+        """The batch whose trial is due now."""
+        return next((b for b in self.batches if b.unfinished()), None)
 
 
 class DriverFailed(Exception):
@@ -103,17 +123,15 @@ class DriverFailed(Exception):
 
 
 class Driver:
-    def __init__(self, space: Space, settings: WorkerSettings, placement: Placement,
-                 limits: Limits, journal: Journal, attempt_log: Journal, tally: Tally,
-                 todo: Iterable[int], spent: dict[int, int], deaths: dict[int, int],
-                 should_stop: Callable[[], bool], on_snapshot: Callable[[], None],
-                 observers: Iterable[Observer] = ()) -> None:
+    def __init__(self, space: Space, runtime: Runtime, workers: int, limits: Limits,
+                 log: TrialLog, tally: Tally, todo: Iterable[int], spent: dict[int, int],
+                 deaths: dict[int, int], should_stop: Callable[[], bool],
+                 on_snapshot: Callable[[], None], observers: Iterable[Observer] = ()) -> None:
         self.space = space
-        self.settings = settings
-        self.placement = placement
+        self.runtime = runtime
+        self.workers = workers
         self.limits = limits
-        self.journal = journal
-        self.attempt_log = attempt_log
+        self.log = log
         self.tally = tally
         self.queue: deque[Trial] = deque((i, {}, spent.get(i, 0) + 1) for i in todo)
         self.deaths = dict(deaths)
@@ -124,62 +142,40 @@ class Driver:
         self.observers = list(observers)
         self.slots: list[_Slot] = []
         self.dispatched = 0
-        self.first_dispatch_at: float | None = None
+        self.first_dispatch_at: float | None = None  # wall clock
         self._serial = 0
         self._hinted: set[int] = set()
-        self._pending_records: list[TrialRecord] = []
-        self._pending_attempts: list[bytes] = []
+        self._records: list[TrialRecord] = []
+        self._attempts: list[SpentAttempt] = []
 
     # --- workers -------------------------------------------------------------------------
-    def _new_actor(self, name: str) -> Any:
-        p = self.placement
-        # A thread for each batch queued on the worker (see actors/worker.py), and one for
-        # info() and retime().
-        options: dict[str, Any] = {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus,
-                                   "max_restarts": 0, "max_task_retries": 0,
-                                   "max_concurrency": self.limits.depth + 1}
-        if p.env:
-            options["runtime_env"] = {"env_vars": p.env}
-        return ray.remote(TrialWorker).options(**options).remote(self.settings, name)
-
-    def _next_name(self) -> str:
+    def _start(self, slot: _Slot) -> None:
+        """A new worker in the slot; what the slot learnt of failures so far stays."""
         self._serial += 1
-        return f"w{self._serial}"
-
-    def _new_slot(self) -> _Slot:
-        slot = _Slot("", None)
-        self._start_actor(slot)
-        return slot
-
-    def _start_actor(self, slot: _Slot) -> None:
-        """A new actor in the slot; what the slot learnt of failures so far stays."""
-        slot.name = self._next_name()
-        slot.actor = self._new_actor(slot.name)
-        slot.ready, slot.born, slot.up = slot.actor.info.remote(), time.monotonic(), False
+        slot.name = f"w{self._serial}"
         slot.batches.clear()
-        slot.sent = 0
+        slot.up, slot.sent = False, 0
+        slot.born = self.runtime.monotonic()
+        self.runtime.start(slot.name)
 
     def _replace(self, slot: _Slot) -> None:
-        with contextlib.suppress(RayError):
-            ray.kill(slot.actor, no_restart=True)
-        self._start_actor(slot)
+        self.runtime.kill(slot.name)
+        self._start(slot)
+
+    def _slot(self, worker: str) -> _Slot | None:
+        return next((s for s in self.slots if s.name == worker), None)
 
     def _check_starts(self) -> None:
         """A worker that is not up within start_timeout_s is given up: Ray may be unable
-        to place it (a lost node, a cluster whose GPUs other jobs hold). Its trials go
-        back to the queue; the sweep goes on with the workers it has."""
+        to place it (a lost node, a cluster whose GPUs other jobs hold). The sweep goes on
+        with the workers it has."""
+        now = self.runtime.monotonic()
         for slot in list(self.slots):
-            if slot.up:
+            if slot.up or now - slot.born < self.limits.start_timeout_s:
                 continue
-            if ray.wait([slot.ready], timeout=0)[0]:
-                slot.up = True  # a failed start surfaces as a death on its first batch
-                continue
-            if time.monotonic() - slot.born < self.limits.start_timeout_s:
-                continue
-            with contextlib.suppress(RayError):
-                ray.kill(slot.actor, no_restart=True)
+            self.runtime.kill(slot.name)
             self.slots.remove(slot)
-            self._requeue([t for b in slot.batches for t in b.unfinished()])
+            self._requeue(slot.unfinished())
             if not self.slots:
                 raise DriverFailed(f"no worker started within run.start_timeout_s="
                                    f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
@@ -192,41 +188,30 @@ class Driver:
     def run(self) -> Ending:
         if not self.queue:
             return "complete"
-        workers = min(self.placement.workers, max(1, len(self.queue)))
-        self.slots = [self._new_slot() for _ in range(workers)]
-        # Hand out work once workers are up (GPU context, compile pool), so a trial's clock
-        # and the sweep's first dispatch start with real work; a worker that fails to
-        # start shows up as a death on its first batch, one that cannot be placed is
-        # given up after start_timeout_s.
-        pending = [s.ready for s in self.slots]
-        deadline = time.monotonic() + self.limits.start_timeout_s
-        while pending and not self.should_stop() and time.monotonic() < deadline:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
-        last_snapshot = time.monotonic()
+        for _ in range(min(self.workers, max(1, len(self.queue)))):
+            slot = _Slot()
+            self.slots.append(slot)
+            self._start(slot)
+        last_snapshot = self.runtime.monotonic()
         stopping_at: float | None = None
         try:
             while True:
                 if stopping_at is None and self.should_stop():
-                    stopping_at = time.monotonic() + self.limits.drain_s
+                    stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
                     self._dispatch()
-                # Once stopping, batches a worker has not begun are abandoned, not awaited:
-                # their trials were never acknowledged and run again on resume.
-                gens = [b.gen for s in self.slots for b in s.batches
-                        if stopping_at is None or b.started]
-                if not gens:
+                if self._finished(stopping_at):
                     break
-                if stopping_at is not None and time.monotonic() >= stopping_at:
-                    break
-                self._collect(gens, wait_s=self._wait_budget(stopping_at))
+                for event in self.runtime.poll(self._wait_budget(stopping_at)):
+                    self._handle(event)
                 self._check_timeouts()
                 if stopping_at is None:
                     self._check_starts()
                 self._commit()
-                if time.monotonic() - last_snapshot >= self.limits.snapshot_every_s:
+                if self.runtime.monotonic() - last_snapshot >= self.limits.snapshot_every_s:
                     self.on_snapshot()
-                    last_snapshot = time.monotonic()
+                    last_snapshot = self.runtime.monotonic()
         except BaseException:
             self.close(cancelled=True)
             raise
@@ -236,28 +221,59 @@ class Driver:
         self._commit()
         return "budget" if self.queue else "complete"
 
+    def _finished(self, stopping_at: float | None) -> bool:
+        if stopping_at is not None:
+            # Batches a worker has not begun are abandoned, not awaited: their trials were
+            # never acknowledged and run again on resume.
+            running = any(b.started and b.unfinished() for s in self.slots for b in s.batches)
+            return not running or self.runtime.monotonic() >= stopping_at
+        if any(s.batches for s in self.slots):
+            return False
+        return not self.queue or self._budget_left() <= 0
+
+    def _budget_left(self) -> int | float:
+        if self.limits.max_trials is None:
+            return float("inf")
+        return self.limits.max_trials - self.dispatched
+
+    def _wait_budget(self, stopping_at: float | None) -> float:
+        now = self.runtime.monotonic()
+        deadlines = [now + 0.25]
+        for slot in self.slots:
+            if slot.up and slot.head() is not None:
+                deadlines.append(slot.since + self.limits.trial_timeout_s)
+            elif not slot.up:
+                deadlines.append(slot.born + self.limits.start_timeout_s)
+        if stopping_at is not None:
+            deadlines.append(stopping_at)
+        return max(min(deadlines) - now, 0.0)
+
     def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
         """Re-time finalists interleaved on one worker, so they share one device's
         conditions. Call after a complete run, before close()."""
-        if not self.slots:  # a resumed run whose trials were all done before
-            self.slots.append(self._new_slot())  # close() stops it
-        slot = self.slots[0]
-        return ray.get(slot.actor.retime.remote(configs, rounds))
+        slot = next((s for s in self.slots if s.up), None)
+        if slot is None:  # a resumed run whose trials were all done before
+            slot = self._await_worker()
+        return self.runtime.retime(slot.name, configs, rounds)
 
-    def _wait_budget(self, stopping_at: float | None) -> float:
-        wait = 0.25
-        now = time.monotonic()
-        for slot in self.slots:
-            head = self._running_batch(slot)
-            if head is not None:
-                wait = min(wait, head.since + self.limits.trial_timeout_s - time.time())
-        if stopping_at is not None:
-            wait = min(wait, stopping_at - now)
-        return max(wait, 0.0)
+    def _await_worker(self) -> _Slot:
+        slot = _Slot()
+        self.slots.append(slot)  # close() stops it
+        self._start(slot)
+        while not slot.up:
+            if self.runtime.monotonic() - slot.born >= self.limits.start_timeout_s:
+                raise DriverFailed("no worker started for re-timing within "
+                                   f"run.start_timeout_s={self.limits.start_timeout_s:g} s")
+            for event in self.runtime.poll(0.25):
+                self._handle(event)
+            if slot not in self.slots:
+                raise DriverFailed("the worker started for re-timing died")
+        return slot
 
+    # --- handing out work ----------------------------------------------------------------
     def _dispatch(self) -> None:
         for slot in self.slots:
-            while self.queue and len(slot.batches) < self.limits.depth \
+            while slot.up and self.queue and len(slot.batches) < self.limits.depth \
                     and not slot.on_probation:
                 if self.queue[0][0] in self.probation:
                     if slot.batches:
@@ -266,11 +282,9 @@ class Driver:
                     break
                 # Shrink batches as the queue drains, so every worker has work to the end.
                 share = -(-len(self.queue) // (len(self.slots) * self.limits.depth))
-                room = min(self.limits.batch_size, share)
-                if self.limits.max_trials is not None:
-                    room = min(room, self.limits.max_trials - self.dispatched)
-                    if room <= 0:
-                        return
+                room = int(min(self.limits.batch_size, share, self._budget_left()))
+                if room <= 0:
+                    return
                 trials: list[Trial] = []
                 while self.queue and len(trials) < room \
                         and self.queue[0][0] not in self.probation:
@@ -279,115 +293,82 @@ class Driver:
 
     def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
         trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
+        if slot.head() is None:  # an idle worker: this batch is due now
+            slot.since = self.runtime.monotonic()
         self.dispatched += len(trials)
-        self.first_dispatch_at = self.first_dispatch_at or time.time()
-        gen = slot.actor.run.remote(slot.sent, trials, self._ahead())
+        self.first_dispatch_at = self.first_dispatch_at or self.runtime.time()
+        self.runtime.submit(slot.name, slot.sent, trials, self._ahead())
+        slot.batches.append(_Batch(slot.sent, trials, probation=probation))
         slot.sent += 1
-        slot.batches.append(_Batch(trials, gen, probation=probation, since=time.time()))
 
     def _ahead(self) -> list[tuple[int, dict[str, Any]]]:
         """Configs in the next stretch of the queue not yet hinted to any worker, for its
-        compile pool to work on when idle (see actors/compile_pool.py). The stretch is four
-        pools' worth: on an H200 a slow compile (6 s) outlasts a hundred trials. Each config
-        is hinted once, so two pools rarely compile the same one."""
+        compile pool to work on when idle (see actors/compile_pool.py). Each config is
+        hinted once, so two pools rarely compile the same one."""
         ahead: list[tuple[int, dict[str, Any]]] = []
-        for index, _, _ in itertools.islice(self.queue, 4 * self.placement.compile_workers):
+        for index, _, _ in itertools.islice(self.queue, self.limits.hint_span):
             if index not in self._hinted:
                 self._hinted.add(index)
                 ahead.append((index, self.space.config(index)))
         return ahead
 
-    def _collect(self, gens: list[Any], wait_s: float) -> None:
-        ready, _ = ray.wait(gens, num_returns=1, timeout=wait_s)
-        if not ready:
-            return
-        ready, _ = ray.wait(gens, num_returns=len(gens), timeout=0)
-        ready_ids = {id(g) for g in ready}
-        for slot in list(self.slots):
-            for batch in list(slot.batches):
-                if id(batch.gen) in ready_ids and batch in slot.batches:
-                    self._take_one(slot, batch)
-
-    def _take_one(self, slot: _Slot, batch: _Batch) -> None:
-        """Consume the next message of one batch's stream."""
-        try:
-            ref = next(batch.gen)
-        except StopIteration:
-            if batch.unfinished():  # the stream ended early: the worker is gone
-                self._worker_died(slot, "worker ended its batch early")
-            else:
-                slot.batches.remove(batch)
-            return
-        try:
-            message = ray.get(ref)
-        except RayActorError as e:
-            self._worker_died(slot, f"worker died: {e}", init_failed=e.actor_init_failed)
-            return
-        except RayError as e:  # an exception escaped the worker's loop: treat as a death
-            self._worker_died(slot, f"worker failed: {e}")
-            return
-        self._deliver(slot, batch, message)
-
-    def _deliver(self, slot: _Slot, batch: _Batch, message: Any) -> None:
-        now = time.time()
-        if isinstance(message, BatchStarted):
-            batch.started, batch.since, slot.up = True, now, True
-        elif isinstance(message, TrialRecord):
-            self.probation.discard(message.index)
+    # --- what workers report -------------------------------------------------------------
+    def _handle(self, event: Event) -> None:
+        slot = self._slot(event.worker)
+        if slot is None:
+            return  # a worker already given up
+        now = self.runtime.monotonic()
+        if isinstance(event, WorkerUp):
+            slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
+        elif isinstance(event, BatchBegan):
+            batch = self._batch(slot, event.batch)
+            if batch is not None:
+                batch.started, slot.since = True, now
+        elif isinstance(event, TrialDone):
+            batch = self._batch(slot, event.batch)
+            if batch is None:
+                return
+            record = event.record
             batch.done += 1
-            batch.since = now
-            slot.device, slot.node, slot.failed_starts = message.device, message.node, 0
-            self._pending_records.append(message)
+            slot.since, slot.failed_starts = now, 0
+            self.probation.discard(record.index)
+            self._records.append(record)
+        elif isinstance(event, BatchDone):
+            slot.batches = deque(b for b in slot.batches if b.number != event.batch)
+        elif isinstance(event, WorkerLost):
+            self._worker_lost(slot, event)
 
-    def _running_batch(self, slot: _Slot) -> _Batch | None:
-        for batch in slot.batches:
-            if batch.done < len(batch.trials):
-                return batch if batch.started else None
-        return None
+    @staticmethod
+    def _batch(slot: _Slot, number: int) -> _Batch | None:
+        return next((b for b in slot.batches if b.number == number), None)
 
-    def _drain_available(self, slot: _Slot, wait_s: float) -> None:
-        """Take every message a worker produced before we give up on it. A dead worker's
-        streams end in an error soon, so waiting a little finds where it really stopped;
-        a hung one's never end, so there we take only what has arrived."""
-        deadline = time.monotonic() + wait_s
-        for batch in list(slot.batches):
-            while batch in slot.batches:
-                left = max(0.0, deadline - time.monotonic())
-                ready, _ = ray.wait([batch.gen], timeout=left)
-                if not ready:
-                    break
-                try:
-                    message = ray.get(next(batch.gen), timeout=5)
-                except StopIteration:
-                    break  # its unfinished trials, if any, are still the slot's to requeue
-                except (RayError, GetTimeoutError):
-                    return
-                self._deliver(slot, batch, message)
-
-    def _worker_died(self, slot: _Slot, why: str, init_failed: bool = False) -> None:
-        self._drain_available(slot, wait_s=5.0)
-        rest = [t for b in slot.batches for t in b.unfinished()]
-        confirmed = slot.on_probation
-        since = next((b.since for b in slot.batches if b.unfinished()), time.time())
-        self._replace(slot)
-        if init_failed:
+    def _worker_lost(self, slot: _Slot, event: WorkerLost) -> None:
+        rest = slot.unfinished()
+        head = slot.head()
+        if event.init_failed or not slot.up:
+            # It died before it could run anything (a killed or failing start-up): no
+            # trial is to blame, but a slot whose workers keep dying so is hopeless.
             slot.failed_starts += 1
-            if slot.failed_starts >= 3:
-                raise DriverFailed(f"a worker failed to start 3 times: {why[:1000]}")
-            self._event(f"a worker failed to start; replacing it: {why[:200]}")
+            if slot.failed_starts >= self.limits.max_failed_starts:
+                raise DriverFailed(f"a worker failed to start {slot.failed_starts} times: "
+                                   f"{event.why[:1000]}")
+            self._event(f"a worker died while starting; replacing it: {event.why[:200]}")
+            self._replace(slot)
             self._requeue(rest)
             return
-        if not rest:
+        self._replace(slot)
+        if not rest or head is None:
             return
         index, config, attempt = rest[0]
+        confirmed = head.probation
         self.deaths[index] = self.deaths.get(index, 0) + 1
-        self._pending_attempts.append(encode_attempt(index, attempt, "died"))
+        self._attempts.append(SpentAttempt(index, attempt, "died"))
         self._event(f"worker died running trial {index} (attempt {attempt}"
                     f"{', alone' if confirmed else ''})")
         if confirmed and self.deaths[index] > self.limits.max_retries:
             self.probation.discard(index)
-            self._record_failure(slot, index, config, attempt, since, TrialOutcome(
-                "crashed", "skipped", error=why))
+            self._record_failure(slot, index, config, attempt, TrialOutcome(
+                "crashed", "skipped", error=event.why))
             rest = rest[1:]
         else:
             self.probation.add(index)
@@ -395,44 +376,58 @@ class Driver:
         self._requeue(rest)
 
     def _check_timeouts(self) -> None:
-        now = time.time()
-        for slot in self.slots:
-            running = self._running_batch(slot)
-            if running is None or now - running.since < self.limits.trial_timeout_s:
+        for slot in list(self.slots):
+            if not self._overdue(slot):
                 continue
-            self._drain_available(slot, wait_s=0.0)
-            running = self._running_batch(slot)
-            if running is None or now - running.since < self.limits.trial_timeout_s:
+            for event in self.runtime.settle(slot.name, 0.0):  # take what already arrived
+                self._handle(event)
+            if slot not in self.slots or not self._overdue(slot):
                 continue
-            rest = [t for b in slot.batches for t in b.unfinished()]
+            head = slot.head()
+            assert head is not None
+            rest = slot.unfinished()
+            if not head.started:
+                # It finished a batch and never began the next: the worker, not a trial,
+                # stopped (a frozen process, a lost message). Nobody is to blame.
+                self._event(f"worker {slot.name} made no progress for "
+                            f"{self.limits.trial_timeout_s:g} s between batches; replacing it")
+                self._replace(slot)
+                self._requeue(rest)
+                continue
             index, config, attempt = rest[0]
             self._event(f"trial {index} passed {self.limits.trial_timeout_s:g} s; "
                         f"replacing worker {slot.name}")
-            self._record_failure(slot, index, config, attempt, running.since, TrialOutcome(
+            self._record_failure(slot, index, config, attempt, TrialOutcome(
                 "timeout", "skipped",
                 error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s"))
             self._replace(slot)
             self._requeue(rest[1:])
 
+    def _overdue(self, slot: _Slot) -> bool:
+        return slot.up and slot.head() is not None and \
+            self.runtime.monotonic() - slot.since >= self.limits.trial_timeout_s
+
     def _record_failure(self, slot: _Slot, index: int, config: dict[str, Any], attempt: int,
-                        started: float, outcome: TrialOutcome) -> None:
-        self._pending_records.append(TrialRecord.from_outcome(
+                        outcome: TrialOutcome) -> None:
+        now = self.runtime.time()
+        started = now - (self.runtime.monotonic() - slot.since)
+        self._records.append(TrialRecord.from_outcome(
             index, config, outcome, device=slot.device, node=slot.node, worker=slot.name,
-            attempt=attempt, started_at=started, finished_at=time.time()))
+            attempt=attempt, started_at=started, finished_at=now))
 
     def _requeue(self, trials: list[Trial]) -> None:
         self.dispatched -= len(trials)
         self.queue.extendleft(reversed(trials))
 
     def _commit(self) -> None:
-        """Group commit: one fsync'd append, then the trials count as done."""
-        if self._pending_attempts:
-            self.attempt_log.append(self._pending_attempts)
-            self._pending_attempts = []
-        if not self._pending_records:
+        """Group commit: one durable write, then the trials count as done."""
+        if not self._records and not self._attempts:
             return
-        records, self._pending_records = self._pending_records, []
-        append_records(self.journal, records)
+        records, attempts = self._records, self._attempts
+        self._records, self._attempts = [], []
+        self.log.commit(records, attempts)
+        if not records:
+            return
         self.tally.add(records)
         for observer in self.observers:
             observer.on_records(records, self.tally)
@@ -447,13 +442,12 @@ class Driver:
             if cancelled:
                 # Take what already arrived first: records are real results, and a batch
                 # the worker began counts its running trial as an attempt spent.
-                with contextlib.suppress(RayError):
-                    self._drain_available(slot, wait_s=0.0)
-                running = self._running_batch(slot)
-                if running is not None:
-                    index, _, attempt = running.unfinished()[0]
-                    self._pending_attempts.append(encode_attempt(index, attempt, "interrupted"))
-            with contextlib.suppress(RayError):
-                ray.kill(slot.actor, no_restart=True)
+                for event in self.runtime.settle(slot.name, 0.0):
+                    self._handle(event)
+                head = slot.head()
+                if head is not None and head.started:
+                    index, _, attempt = head.unfinished()[0]
+                    self._attempts.append(SpentAttempt(index, attempt, "interrupted"))
+            self.runtime.kill(slot.name)
         self.slots = []
         self._commit()

@@ -18,6 +18,7 @@ def say(console: Console, text: str) -> None:
 
 
 def report(path: Path, top: int, out: Console) -> int:
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -27,13 +28,19 @@ def report(path: Path, top: int, out: Console) -> int:
     run = RunDir(path)
     if not run.trials.exists():
         raise SpecError(f"{path}: no trials.parquet (resume the run to rebuild it)")
-    table = pq.read_table(run.trials)
-    meta = table.schema.metadata or {}
-    state = meta.get(b"state", b"?").decode()
-    counts = {d["values"]: d["counts"] for d in pc.value_counts(table["status"]).to_pylist()}
+    try:
+        table = pq.read_table(run.trials)
+        meta = table.schema.metadata or {}
+        state = meta.get(b"state", b"?").decode(errors="replace")
+        counts = {d["values"]: d["counts"]
+                  for d in pc.value_counts(table["status"]).to_pylist()}
+        ok = table.filter(pc.equal(table["status"], "ok")).sort_by("latency_ms")
+    except (OSError, KeyError, ValueError, TypeError, pa.ArrowException) as e:
+        raise SpecError(f"{run.trials}: unreadable ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
+                        f"resume the run to rebuild it") from None
     say(out, f"{path}: {state}, {table.num_rows} trials · "
              + " · ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    ok = table.filter(pc.equal(table["status"], "ok")).sort_by("latency_ms")
     for row in ok.slice(0, top).to_pylist():
         say(out, f"  #{row['index']:<6} {row['latency_ms']:.4g} ms "
                  f"[{row['latency_p20_ms']:.4g}, {row['latency_p80_ms']:.4g}]  {row['config']}")

@@ -4,6 +4,7 @@ journal."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import threading
@@ -17,9 +18,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.atomic import write_bytes_atomically
-from storage.journal import read_journal
+from storage.journal import (
+    Journal,
+    RecordCheck,
+    append_records,
+    encode_attempt,
+    line_mark,
+    read_journal,
+)
+from storage.records import TrialRecord
 from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
+from sweep.driver import SpentAttempt
 from sweep.space import Space
 from sweep.spec import Spec, SpecError
 from sweep.tally import Tally
@@ -60,38 +70,35 @@ class RunDir:
         return self.path / META
 
     def holds_run(self) -> bool:
-        # run.json is written last by create(), so a start cut short leaves no "run" behind.
-        return any(p.exists() for p in (self.meta, self.journal, self.trials))
+        return any(p.exists() for p in (self.meta, self.journal, self.trials, self.spec))
 
 
 def default_out(spec: Spec) -> Path:
     return Path("runs") / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def create(path: Path, spec: Spec, total: int, backend: str) -> RunDir:
-    run = RunDir(path)
-    if run.holds_run():
-        raise SpecError(f"{path}: already holds a run; continue it with: sweep resume {path}")
-    if path.exists() and not path.is_dir():
-        raise SpecError(f"--out: {path} exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
+def create(run: RunDir, spec: Spec, total: int, backend: str) -> None:
+    """Lay down a new run in its (locked, empty of runs) directory. run.json goes last,
+    so a start cut short leaves no "run" behind."""
     write_bytes_atomically(run.spec, spec.as_yaml().encode())
-    meta = {"fingerprint": spec.fingerprint, "total": total, "backend": backend,
-            "created_at": time.time(), "versions": versions()}
+    meta = {"fingerprint": spec.fingerprint, "declared": spec.declared_fingerprint,
+            "total": total, "backend": backend, "created_at": time.time(),
+            "versions": versions()}
     write_bytes_atomically(run.meta, (json.dumps(meta, indent=2) + "\n").encode())
-    return run
 
 
 def read_meta(run: RunDir) -> dict[str, Any]:
-    if not run.path.is_dir():
-        raise SpecError(f"{run.path}: no such run directory")
     try:
-        meta = json.loads(run.meta.read_text())
-        return {k: meta[k] for k in ("fingerprint", "total", "backend")}
+        meta = json.loads(run.meta.read_bytes())
+        out = {k: meta[k] for k in ("fingerprint", "declared", "total", "backend")}
     except FileNotFoundError:
         raise SpecError(f"{run.path}: not a sweep run directory (no {META})") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise SpecError(f"{run.meta}: unreadable ({e})") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecError(f"{run.meta}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(out["total"], int) or not all(
+            isinstance(out[k], str) for k in ("fingerprint", "declared", "backend")):
+        raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
+    return out
 
 
 def versions() -> dict[str, str]:
@@ -106,37 +113,68 @@ def versions() -> dict[str, str]:
 
 
 def snapshot_of(spec: Spec, tally: Tally, state: RunState,
-                first_dispatch_at: float | None = None) -> Snapshot:
+                first_dispatch_at: float | None = None,
+                finalists: list[dict[str, Any]] | None = None) -> Snapshot:
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=tally.best,
-                    first_dispatch_at=first_dispatch_at)
+                    first_dispatch_at=first_dispatch_at, finalists=finalists or [])
 
 
-def load_records(run: RunDir, spec: Spec) -> tuple[pa.Table, int]:
-    """Every durable record: those already in trials.parquet (written at the last clean
-    stop, with the journal length it covers), then the journal from that point on. After
-    a SIGKILL, or if the table is stale or damaged, the whole journal is read."""
-    before, start = None, 0
+def record_check(spec: Spec, space: Space) -> RecordCheck:
+    return RecordCheck(total=len(space), run=spec.fingerprint,
+                       expected_configs=space.config_json_column)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    records: pa.Table  # every durable record, one per index, sorted by index
+    journal_end: int  # where the complete part of the journal ends
+    recovered: pa.Table  # rows only the table held (its journal was replaced): re-journal
+
+
+def load_records(run: RunDir, spec: Spec, space: Space) -> Loaded:
+    """Every durable record: those in trials.parquet (a checkpoint, with the journal
+    length it covers), then the journal from that point on, when the journal is the one
+    the table was written from. Otherwise (after a SIGKILL with no table, a damaged table,
+    a run directory restored with an older or other journal) the whole journal, plus any
+    valid rows only the table holds."""
+    check = record_check(spec, space)
+    table, start, mark = None, 0, None
     if run.trials.exists():
         try:
-            before, meta = records_from_table(run.trials)
-            start = int(meta["journal_bytes"])
-            if meta["fingerprint"] != spec.fingerprint or \
-                    start > run.journal.stat().st_size:
-                before, start = None, 0
-        except (OSError, KeyError, ValueError, pa.ArrowException):
-            before, start = None, 0
-    return read_journal(run.journal, start, before)
+            table, meta = records_from_table(run.trials)
+            if meta["fingerprint"] != spec.fingerprint:
+                table = None
+            else:
+                start, mark = int(meta["journal_bytes"]), meta.get("journal_mark")
+        except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
+            table = None
+    if table is not None and start > 0 and mark is not None and \
+            line_mark(run.journal, start) == mark:
+        records, end = read_journal(run.journal, check, start, table)
+        return Loaded(records, end, records.slice(0, 0))
+    records, end = read_journal(run.journal, check)
+    recovered = records.slice(0, 0)
+    if table is not None and table.num_rows:
+        # Checked like journal lines (read_journal checks `before` rows), nothing read.
+        table, _ = read_journal(run.journal, check, end, table)
+        only = pc.invert(pc.is_in(table.column("index"), value_set=records.column("index")))
+        recovered = table.filter(only)
+        if recovered.num_rows:
+            records = pa.concat_tables([records, recovered]).sort_by("index")
+    return Loaded(records, end, recovered)
 
 
 def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None:
     """Rebuild trials.parquet, whole and atomically, from the durable records."""
-    records, journal_bytes = load_records(run, spec)
+    loaded = load_records(run, spec, space)
+    records = loaded.records
     params = space.arrow_columns(records.column("index").to_numpy())
     devices = sorted(d for d in pc.unique(records.column("device")).to_pylist() if d)
     meta = json_metadata(
         fingerprint=spec.fingerprint, spec=spec_json(spec), versions=versions(),
-        devices=devices, state=state, journal_bytes=str(journal_bytes))
+        devices=devices, state=state, journal_bytes=str(loaded.journal_end),
+        journal_mark=line_mark(run.journal, loaded.journal_end) or "")
     write_table(run.trials, build_table(records, params, meta))
 
 
@@ -147,7 +185,45 @@ def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunStat
     write_trials(run, spec, space, state)
     write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
                finalists=finalists or [])
-    write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at))
+    write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at,
+                                             finalists))
+
+
+class RunLog:
+    """The driver's TrialLog: finished trials into the journal and spent attempts into
+    the attempt log, each line marked with the run's fingerprint, fsync'd before they
+    count. A failed write (a full disk) raises JournalWriteError with nothing torn."""
+
+    def __init__(self, run: RunDir, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.journal = Journal(run.journal)
+        try:
+            self.attempts = Journal(run.attempts)
+        except BaseException:
+            self.journal.close()
+            raise
+
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None:
+        if attempts:
+            self.attempts.append(encode_attempt(a.index, a.attempt, a.event, self.fingerprint)
+                                 for a in attempts)
+        if records:
+            append_records(self.journal, records, self.fingerprint)
+
+    def close(self) -> None:
+        self.journal.close()
+        self.attempts.close()
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def rows_as_records(rows: pa.Table) -> list[TrialRecord]:
+    return [TrialRecord.from_json({**row, "config": json.loads(row["config"])})
+            for row in rows.to_pylist()]
 
 
 class TableCheckpoint:
@@ -155,10 +231,11 @@ class TableCheckpoint:
     run killed with SIGKILL resumes from the table and a short journal tail instead of
     parsing the whole journal (seconds at a million trials), and a person can read the
     table mid-run. The cost is amortised: the next write waits at least `ratio` times as
-    long as the last one took."""
+    long as the last one took. A write that fails (a full disk) is skipped: the table on
+    disk stays the last complete one."""
 
     def __init__(self, run: RunDir, spec: Spec, space: Space, ratio: float = 20.0) -> None:
-        self.args = (run, spec, space, "running")
+        self.run, self.spec, self.space = run, spec, space
         self.ratio = ratio
         self._thread: threading.Thread | None = None
         self._last_end = time.monotonic()
@@ -175,7 +252,8 @@ class TableCheckpoint:
 
     def _write(self) -> None:
         t0 = time.monotonic()
-        write_trials(*self.args)  # type: ignore[arg-type]
+        with contextlib.suppress(OSError):  # the journal is the truth; the stop writes it
+            write_trials(self.run, self.spec, self.space, "running")
         self._last_end = time.monotonic()
         self._last_took = self._last_end - t0
 

@@ -1,31 +1,51 @@
-"""One invocation of `sweep run` or `sweep resume`: validate, join Ray, drive, finalize.
+"""One invocation of `sweep run` or `sweep resume`: validate, lock, join Ray, drive,
+finalize.
 
 Everything that can be refused (spec, run directory, fingerprint) is checked before Ray
-starts; a signal at any point from start-up to the final write ends in a clean stop.
+starts, with the run directory locked (storage/lock.py) from before it is first read to
+the end; a signal at any point from start-up to the final write ends in a clean stop.
 """
 
 from __future__ import annotations
 
-import signal
+import errno
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from ray.exceptions import RayError
 from rich.console import Console
 
 from actors.worker import WorkerSettings
 from storage import cache
-from storage.journal import Journal, read_attempts
-from storage.snapshot import Best, SnapshotError, read_snapshot, write_snapshot
+from storage.journal import (
+    Journal,
+    JournalWriteError,
+    append_records,
+    line_mark,
+    read_attempts,
+)
+from storage.lock import RunDirLock
+from storage.snapshot import (
+    Best,
+    SnapshotError,
+    read_best,
+    read_snapshot,
+    write_best,
+    write_snapshot,
+)
+from storage.table import records_from_table
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
-from sweep.driver import Driver, DriverFailed, Limits, Placement
+from sweep.driver import Driver, DriverFailed, Limits
 from sweep.progress import ProgressReporter
+from sweep.ray_runtime import RayRuntime
 from sweep.report import print_summary, resume_command, say
-from sweep.rundir import RunDir
+from sweep.rundir import Loaded, RunDir, RunLog
+from sweep.runtime import Placement
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
@@ -33,6 +53,25 @@ from sweep.tally import Tally
 
 # Batches big enough that Ray's per-call cost stays small next to the work they carry.
 TARGET_BATCH_S = 0.05
+DEPTH = 2  # batches in flight per worker
+# Errors of the run directory's filesystem, reported as one line (exit 1), not a traceback.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG,
+                  errno.EACCES, errno.EPERM}
+
+
+def storage_error(e: BaseException) -> bool:
+    return isinstance(e, JournalWriteError) or \
+        (isinstance(e, OSError) and not isinstance(e, ConnectionError)
+         and e.errno in STORAGE_ERRNOS)
+
+
+def checked_path(path: Path, what: str) -> Path:
+    """Paths end up in JSON, Parquet metadata and messages: they must be text."""
+    try:
+        str(path).encode()
+    except UnicodeEncodeError:
+        raise SpecError(f"{what}: {str(path)!a} is not valid UTF-8; use another name") from None
+    return path
 
 
 @dataclass
@@ -40,23 +79,55 @@ class Session:
     spec: Spec
     space: Space
     path: Path
+    lock: RunDirLock
     meta: dict[str, Any] | None  # the run's run.json when resuming
     snapshot_says_complete: bool = False
+    created: list[Path] = field(default_factory=list)  # directories this session made
 
     @classmethod
-    def start(cls, spec_path: Path, out: Path | None, backend: str | None) -> Session:
-        spec = load_spec(spec_path, backend=backend)
+    def start(cls, spec_path: Path, out: Path | None, backend: str | None,
+              command: str) -> Session:
+        spec = load_spec(checked_path(spec_path, "spec"), backend=backend)
         space = spec.expand()
-        path = out or rundir.default_out(spec)
-        if RunDir(path).holds_run():
-            raise SpecError(f"{path}: already holds a run; continue it with: "
-                            f"{resume_command(path)}")
-        return cls(spec, space, path, None)
+        path = checked_path(out or rundir.default_out(spec), "--out")
+        if path.exists() and not path.is_dir():
+            raise SpecError(f"--out: {path} exists and is not a directory")
+        created = _make_dirs(path)
+        lock = _lock(path, command)
+        try:
+            if RunDir(path).holds_run():
+                raise SpecError(f"{path}: already holds a run; continue it with: "
+                                f"{resume_command(path)}")
+        except BaseException:
+            _give_back(lock, created)
+            raise
+        return cls(spec, space, path, lock, None, created=created)
 
     @classmethod
-    def reopen(cls, path: Path, err: Console) -> Session:
+    def reopen(cls, path: Path, err: Console, command: str) -> Session:
+        checked_path(path, "resume")
+        if not path.is_dir():
+            raise SpecError(f"{path}: no such run directory")
         run = RunDir(path)
+        if not run.meta.exists():
+            raise SpecError(f"{path}: not a sweep run directory (no {rundir.META})")
+        lock = _lock(path, command)
+        try:
+            return cls._reopen_locked(run, lock, err)
+        except BaseException:
+            lock.release(remove=True)
+            raise
+
+    @classmethod
+    def _reopen_locked(cls, run: RunDir, lock: RunDirLock, err: Console) -> Session:
+        path = run.path
         meta = rundir.read_meta(run)
+        # The spec names a module to import, which runs its code: check the spec against
+        # the run's record of it first, so a spec.yaml edited since names nothing new.
+        declared = load_spec(run.spec, import_kernel=False).declared_fingerprint
+        if declared != meta["declared"]:
+            raise SpecError(f"{run.spec}: changed since this run started; start a new run "
+                            "with sweep run")
         spec = load_spec(run.spec)
         if spec.fingerprint != meta["fingerprint"]:
             raise SpecError(f"{path}: the spec, kernel source or problem changed since this run "
@@ -72,33 +143,54 @@ class Session:
                 complete = read_snapshot(run.snapshot).state == "complete"
             except SnapshotError as e:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
-        return cls(spec, space, path, meta, complete)
+        return cls(spec, space, path, lock, meta, complete)
 
     def execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
                 stop: StopController, out: Console, err: Console) -> int:
+        try:
+            return self._execute(address, max_trials, cache_partial, stop, out, err)
+        except OSError as e:
+            if not storage_error(e):
+                raise
+            say(err, f"error: {self.path}: {e.strerror or e} while writing the run "
+                     "directory; every trial acknowledged is in its journal. Make room, "
+                     f"then: {resume_command(self.path)}")
+            return EXIT_FAILED
+        finally:
+            _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
+
+    def _execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
+                 stop: StopController, out: Console, err: Console) -> int:
         t0 = time.monotonic()
         run = RunDir(self.path)
-        tally = Tally(total=len(self.space))
-        records = None
+        loaded = None
         if self.meta and self.snapshot_says_complete:
-            records = rundir.load_records(run, self.spec)[0]
-            tally = Tally.from_journal(len(self.space), records)
-            if tally.done == tally.total:
-                rundir.finalize(run, self.spec, self.space, tally, "complete")
-                say(out, f"{self.path}: already complete ({tally.total} trials); "
-                         "artefacts rewritten from the journal")
+            loaded = rundir.load_records(run, self.spec, self.space)
+            if loaded.recovered.num_rows:
+                self._rejournal(run, loaded, err)
+            if loaded.records.num_rows == len(self.space):
+                say(out, f"{self.path}: already complete ({len(self.space)} trials); "
+                         + self._repair_complete(run))
                 return EXIT_OK
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
         started_ray = False
         try:
             with ThreadPoolExecutor(1) as pool:
-                loading = pool.submit(rundir.load_records, run, self.spec) if self.meta \
-                    else None
-                started_ray = self._connect(address, stop)
+                loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
+                    if self.meta and loaded is None else None
+                try:
+                    started_ray = cluster.connect(address, lambda: stop.requested)
+                except cluster.ConnectAbandoned as e:
+                    say(err, f"{e}; " + ("the run is unchanged" if self.meta
+                                         else "nothing was written"))
+                    return stop.exit_code
+                finally:
+                    stop.install()  # Ray may have replaced our handlers
                 if loading is not None:
-                    records = loading.result()[0]
-                    tally = Tally.from_journal(len(self.space), records)
+                    loaded = loading.result()
+                    if loaded.recovered.num_rows:
+                        self._rejournal(run, loaded, err)
             backend = cluster.resolve_backend(self.spec)
             check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
             if self.meta and backend != self.meta["backend"]:
@@ -109,17 +201,39 @@ class Session:
                 say(err, "stopped before the run started; nothing was written")
                 return stop.exit_code
             if not self.meta:
-                run = rundir.create(self.path, self.spec, len(self.space), backend)
-            code = self._drive(run, backend, tally, records, max_trials, stop, out, err, t0)
-            state = "complete" if tally.done == tally.total else "interrupted"
-            if tally.best and (state == "complete" or cache_partial):
-                self._cache_best(tally, backend, partial=state != "complete")
-            return code
+                rundir.create(run, self.spec, len(self.space), backend)
+            return self._drive(run, backend, loaded, max_trials, cache_partial, stop, out,
+                               err, t0)
         finally:
             if started_ray:
                 import ray
 
                 ray.shutdown()
+
+    def _repair_complete(self, run: RunDir) -> str:
+        """A complete run resumed again: nothing is run, and nothing intact is rewritten
+        (best.json holds the finalists' re-timing, which the journal does not). What is
+        missing or damaged is rebuilt: the table from the journal, best.json from the
+        snapshot."""
+        snap = read_snapshot(run.snapshot)
+        rebuilt = []
+        if not _table_current(run, self.spec, self.space):
+            rundir.write_trials(run, self.spec, self.space, "complete")
+            rebuilt.append("trials.parquet")
+        if read_best(run.best, self.spec.fingerprint) is None:
+            write_best(run.best, snap.best, fingerprint=self.spec.fingerprint, partial=False,
+                       finalists=snap.finalists)
+            rebuilt.append("best.json")
+        return "rebuilt " + " and ".join(rebuilt) if rebuilt else "nothing to do"
+
+    def _rejournal(self, run: RunDir, loaded: Loaded, err: Console) -> None:
+        """Rows only trials.parquet held (its journal was replaced by an older or other
+        one) go back into the journal, which stays the one durable truth."""
+        with Journal(run.journal) as journal:
+            append_records(journal, rundir.rows_as_records(loaded.recovered),
+                           self.spec.fingerprint)
+        say(err, f"recovered {loaded.recovered.num_rows} trials that only trials.parquet "
+                 "held into the journal")
 
     def _cache_best(self, tally: Tally, backend: str, partial: bool) -> None:
         best = tally.best
@@ -131,27 +245,17 @@ class Session:
             latency_ms=best.latency_ms, fingerprint=spec.fingerprint,
             run_dir=str(self.path.resolve()), partial=partial, written_at=time.time()))
 
-    def _connect(self, address: str | None, stop: StopController) -> bool:
-        try:
-            started = cluster.connect(address)
-        except SystemExit as e:  # Ray's own SIGTERM handler fires during its start-up
-            if e.code != signal.SIGTERM:
-                raise
-            stop.request(signal.SIGTERM)
-            started = cluster.connect(address)
-        except ConnectionError as e:
-            where = address or "RAY_ADDRESS"
-            raise SpecError(f"--address: cannot reach a Ray cluster at {where} ({e})") from None
-        stop.install()  # ray.init replaced our SIGTERM handler
-        return started
-
-    def _drive(self, run: RunDir, backend: str, tally: Tally, records: Any,
-               max_trials: int | None, stop: StopController, out: Console, err: Console,
-               t0: float) -> int:
+    def _drive(self, run: RunDir, backend: str, loaded: Loaded | None,
+               max_trials: int | None, cache_partial: bool, stop: StopController,
+               out: Console, err: Console, t0: float) -> int:
         spec = self.spec
-        done = records.column("index").to_numpy() if records is not None else np.empty(0, int)
+        tally = Tally(total=len(self.space))
+        done = np.empty(0, int)
+        if loaded is not None:
+            tally = Tally.from_journal(len(self.space), loaded.records)
+            done = loaded.records.column("index").to_numpy()
         todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True)
-        spent, deaths = read_attempts(run.attempts)
+        spent, deaths = read_attempts(run.attempts, rundir.record_check(spec, self.space))
         placement = cluster.placement(spec, backend)
         settings = WorkerSettings(
             backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
@@ -161,12 +265,16 @@ class Session:
             seed=spec.run.seed,
             simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},
             compile_workers=placement.compile_workers,
-            compile_timeout_s=spec.run.trial_timeout_s)
+            compile_timeout_s=spec.run.trial_timeout_s,
+            kernel_path=str(Path.cwd()))
         limits = Limits(
             trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
             drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
-            batch_size=_batch_size(spec, backend, placement), max_trials=max_trials,
-            start_timeout_s=spec.run.start_timeout_s)
+            batch_size=_batch_size(spec, backend, placement), depth=DEPTH,
+            max_trials=max_trials, start_timeout_s=spec.run.start_timeout_s,
+            # On an H200 a slow compile (6 s) outlasts a hundred trials: idle compile
+            # processes may look four pools' worth down the queue.
+            hint_span=4 * placement.compile_workers)
 
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
@@ -174,17 +282,17 @@ class Session:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
             checkpoint.maybe_start()
 
-        write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
         state = "failed"
         finalists: list[dict[str, Any]] = []
         driver = None
         try:
-            with Journal(run.journal) as journal, Journal(run.attempts) as attempt_log, \
+            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
+            with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, err) as progress:
-                driver = Driver(self.space, settings, placement, limits, journal, attempt_log,
-                                tally, todo.tolist(), spent, deaths,
-                                should_stop=lambda: stop.requested, on_snapshot=snapshot,
-                                observers=[progress])
+                driver = Driver(self.space, RayRuntime(settings, placement, DEPTH),
+                                placement.workers, limits, log, tally, todo.tolist(), spent,
+                                deaths, should_stop=lambda: stop.requested,
+                                on_snapshot=snapshot, observers=[progress])
                 try:
                     if driver.run() == "complete" and not stop.requested:
                         finalists = self._retime_finalists(driver, tally, progress)
@@ -195,11 +303,20 @@ class Session:
             say(err, f"error: {e}")
         finally:
             checkpoint.wait()
-            rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
-                            finalists, driver.first_dispatch_at if driver else None)
+            first = driver.first_dispatch_at if driver else None
+            try:
+                rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
+                                finalists, first)
+            except OSError as e:
+                if not storage_error(e):
+                    raise
+                # Already failing for the same reason: the artefacts on disk stay the last
+                # complete ones, and resume rebuilds them from the journal.
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
         if state == "failed":
             return EXIT_FAILED
+        if tally.best and (state == "complete" or cache_partial):
+            self._cache_best(tally, backend, partial=state != "complete")
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
@@ -214,16 +331,63 @@ class Session:
         try:
             timings = driver.retime([b.config for b in leaders],
                                     self.spec.run.finalist_rounds)
-        except RayError as e:  # the sweep's own best stands; nothing is lost
+        except (RayError, DriverFailed) as e:  # the sweep's own best stands; nothing is lost
             progress.on_event(f"re-timing failed, keeping the sweep's best: {str(e)[:200]}")
             return []
-        finalists = [{"index": b.index, "config": b.config, "sweep_latency_ms": b.latency_ms,
-                      "latency_ms": t.median_ms, "latency_p20_ms": t.p20_ms,
-                      "latency_p80_ms": t.p80_ms} for b, t in zip(leaders, timings)]
-        chosen = min(finalists, key=lambda f: (f["latency_ms"], f["index"]))
-        tally.best = Best(chosen["index"], chosen["config"], chosen["latency_ms"],
-                          leaders[0].device)
+        finalists: list[dict[str, Any]] = [
+            {"index": b.index, "config": b.config, "sweep_latency_ms": b.latency_ms,
+             "latency_ms": t.median_ms, "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
+            for b, t in zip(leaders, timings)]
+        leader, timing = min(zip(leaders, timings), key=lambda p: (p[1].median_ms, p[0].index))
+        tally.best = Best(leader.index, leader.config, timing.median_ms, leaders[0].device)
         return finalists
+
+
+def _table_current(run: RunDir, spec: Spec, space: Space) -> bool:
+    """trials.parquet holds every trial of this run, written from the journal as it is."""
+    try:
+        table, meta = records_from_table(run.trials)
+        end = int(meta["journal_bytes"])
+        return meta["fingerprint"] == spec.fingerprint and table.num_rows == len(space) \
+            and meta.get("journal_mark") == line_mark(run.journal, end)
+    except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
+        return False
+
+
+def _make_dirs(path: Path) -> list[Path]:
+    """mkdir -p, returning the directories it made (to remove if the run never starts)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        for p in reversed(missing):
+            p.mkdir()
+    except FileExistsError:
+        pass  # made meanwhile by another process: the lock decides who owns it
+    except OSError as e:
+        _remove_dirs(missing)
+        raise SpecError(f"--out: cannot create {path} ({e.strerror or e})") from None
+    return missing
+
+
+def _lock(path: Path, command: str) -> RunDirLock:
+    try:
+        return RunDirLock.acquire(path, command)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot write to the run directory ({e.strerror or e})"
+                        ) from None
+
+
+def _give_back(lock: RunDirLock, created: list[Path]) -> None:
+    """Unlock; directories this session made and used for nothing go away again."""
+    lock.release(remove=True)
+    _remove_dirs(created)
+
+
+def _remove_dirs(dirs: list[Path]) -> None:
+    for p in dirs:  # innermost first
+        try:
+            p.rmdir()
+        except OSError:
+            return  # not empty: something else lives there now
 
 
 def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:

@@ -3,22 +3,30 @@ constraints, each surviving config numbered 0..N-1 in that order.
 
 The space is held as one numpy column per parameter rather than a list of dicts, so a
 million-point space expands, filters and indexes in well under a second; a config dict
-is built only when a trial is handed out.
+is built only when a trial is handed out. The product is walked in chunks of points, so
+expanding a space of tens of millions of points with constraints needs memory for one
+chunk plus the survivors, never for every point.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage.records import canonical_json
 from sweep.constraints import Constraint
 
 Scalar = bool | int | float | str
+CHUNK_POINTS = 1_000_000
+JSON_GROUP_TEXTS = 4096  # see Space.config_json_column
 
 
 def value_kind(values: Sequence[Scalar]) -> type | None:
@@ -29,8 +37,22 @@ def value_kind(values: Sequence[Scalar]) -> type | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-_NUMPY = {bool: np.bool_, int: np.int64, float: np.float64, str: object}
+def parameter_kinds(space: Mapping[str, Sequence[Scalar]]) -> dict[str, type]:
+    """Each parameter's value type; mixed lists are held as strings."""
+    return {name: value_kind(values) or str for name, values in space.items()}
+
+
+_NUMPY: dict[type, Any] = {bool: np.bool_, int: np.int64, float: np.float64, str: object}
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+
+
+class SpaceTooLarge(ValueError):
+    """More configs survive the constraints than the caller allows."""
+
+    def __init__(self, configs: int, points: int, limit: int) -> None:
+        super().__init__(f"{configs:,} configs after constraints (of {points:,} points); "
+                         f"at most {limit:,}")
+        self.configs, self.points, self.limit = configs, points, limit
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,8 @@ class Space:
     kinds: Mapping[str, type]
     columns: Mapping[str, np.ndarray]  # one entry per surviving config, in index order
     size_before_constraints: int
+    tables: Mapping[str, np.ndarray]  # each parameter's values, in the order written
+    codes: Mapping[str, np.ndarray]  # per surviving config: which entry of its table
 
     def __len__(self) -> int:
         return len(self.columns[self.names[0]]) if self.names else 0
@@ -53,25 +77,98 @@ class Space:
         return {name: pa.array(self.columns[name][indices], type=_ARROW[self.kinds[name]])
                 for name in self.names}
 
+    def config_json_column(self, indices: np.ndarray) -> pa.Array:
+        """config_json(i) for each index, as one arrow string array, without a Python call
+        per config: the parameters (in canonical_json's sorted order) are grouped so that
+        each group has few value combinations, each combination's JSON text is built once,
+        and the rows are assembled by arrow from one take per group."""
+        indices = np.asarray(indices, dtype=np.int64)
+        parts = []
+        for group, texts in self._json_groups():
+            code = np.zeros(len(indices), dtype=np.int64)
+            for name in group:
+                code = code * len(self.tables[name]) + self.codes[name][indices]
+            parts.append(texts.take(pa.array(code)))
+        if len(parts) == 1:
+            return parts[0]
+        return pc.binary_join_element_wise(*parts, ",")
 
-def expand(space: Mapping[str, Sequence[Scalar]], constraints: Sequence[Constraint]) -> Space:
-    names = tuple(space)
-    lists = [list(space[n]) for n in names]
-    kinds = {n: value_kind(vs) or str for n, vs in zip(names, lists)}
-    sizes = [len(vs) for vs in lists]
-    total = int(np.prod(sizes, dtype=np.int64)) if sizes else 0
-    # Mixed-radix digits with the last parameter fastest: itertools.product's order.
-    positions = np.arange(total, dtype=np.int64)
-    columns: dict[str, np.ndarray] = {}
-    stride = total
-    for name, values, size in zip(names, lists, sizes):
+    def _json_groups(self) -> list[tuple[list[str], pa.Array]]:
+        """Runs of sorted parameter names with at most JSON_GROUP_TEXTS value combinations
+        (or a single parameter), each with the JSON text of every combination in product
+        order: '{"a":1,"b":true' ... '"s":"x"}'."""
+        groups: list[list[str]] = []
+        combinations = 0
+        for name in sorted(self.names):
+            size = len(self.tables[name])
+            if groups and combinations * size <= JSON_GROUP_TEXTS:
+                groups[-1].append(name)
+                combinations *= size
+            else:
+                groups.append([name])
+                combinations = size
+        out = []
+        for i, group in enumerate(groups):
+            encoded = [[json.dumps(name, ensure_ascii=False) + ":"
+                        + json.dumps(self.kinds[name](v), ensure_ascii=False)
+                        for v in self.tables[name]] for name in group]
+            first, last = "{" if i == 0 else "", "}" if i == len(groups) - 1 else ""
+            texts = [first + ",".join(combo) + last for combo in itertools.product(*encoded)]
+            out.append((group, pa.array(texts, type=pa.string())))
+        return out or [([], pa.array(["{}"], type=pa.string()))]
+
+def _strides(sizes: Sequence[int]) -> list[int]:
+    """Mixed-radix place values with the last parameter fastest: itertools.product's
+    order."""
+    strides = []
+    stride = math.prod(sizes)
+    for size in sizes:
         stride //= size
-        digits = (positions // stride) % size
-        table = np.array([kinds[name](v) for v in values], dtype=_NUMPY[kinds[name]])
-        columns[name] = table[digits]
-    keep = np.ones(total, dtype=bool)
-    for constraint in constraints:
-        keep &= constraint.mask(columns, total)
-    if not keep.all():
-        columns = {name: col[keep] for name, col in columns.items()}
-    return Space(names=names, kinds=kinds, columns=columns, size_before_constraints=total)
+        strides.append(stride)
+    return strides
+
+
+def expand(space: Mapping[str, Sequence[Scalar]], constraints: Sequence[Constraint], *,
+           chunk_points: int = CHUNK_POINTS, max_configs: int | None = None) -> Space:
+    """The configs of `space` that satisfy every constraint, in product order. Raises
+    SpaceTooLarge when more than max_configs survive."""
+    names = tuple(space)
+    kinds = parameter_kinds(space)
+    tables = {n: np.array([kinds[n](v) for v in space[n]], dtype=_NUMPY[kinds[n]])
+              for n in names}
+    sizes = [len(tables[n]) for n in names]
+    total = math.prod(sizes) if sizes else 0
+    strides = dict(zip(names, _strides(sizes)))
+
+    def digits(name: str, positions: np.ndarray) -> np.ndarray:
+        size = len(tables[name])
+        dtype = np.uint8 if size <= 1 << 8 else np.uint16 if size <= 1 << 16 else np.int64
+        return ((positions // strides[name]) % size).astype(dtype)
+
+    if constraints:
+        needed = frozenset().union(*(c.names for c in constraints))
+        kept: list[np.ndarray] = []
+        count = 0
+        for start in range(0, total, chunk_points):
+            positions = np.arange(start, min(start + chunk_points, total), dtype=np.int64)
+            chunk = {name: tables[name][digits(name, positions)] for name in needed}
+            keep = np.ones(len(positions), dtype=bool)
+            for constraint in constraints:
+                keep &= constraint.mask(chunk, len(positions))
+            count += int(keep.sum())
+            # Past the cap only the count goes on, for the message.
+            if max_configs is None or count <= max_configs:
+                kept.append(positions[keep])
+            else:
+                kept.clear()
+        if max_configs is not None and count > max_configs:
+            raise SpaceTooLarge(count, total, max_configs)
+        survivors = np.concatenate(kept) if kept else np.empty(0, dtype=np.int64)
+    else:
+        if max_configs is not None and total > max_configs:
+            raise SpaceTooLarge(total, total, max_configs)
+        survivors = np.arange(total, dtype=np.int64)
+    codes = {name: digits(name, survivors) for name in names}
+    columns = {name: tables[name][codes[name]] for name in names}
+    return Space(names=names, kinds=kinds, columns=columns, size_before_constraints=total,
+                 tables=tables, codes=codes)

@@ -1,15 +1,19 @@
 """Loading and validating a sweep spec (YAML) into a typed, immutable Spec.
 
-Every mistake is one SpecError line naming the file, the key and what was expected; it is
-raised before any Ray or GPU work starts. Unknown keys are errors: a typo must never fall
-back to a default silently.
+Every mistake is one SpecError line naming the file, the key (or the YAML line) and what
+was expected; it is raised before any Ray or GPU work starts. Unknown keys are errors: a
+typo must never fall back to a default silently. Values shown in a message are clipped, and
+the file's size, nesting and aliases are bounded, so no input can make an error line, or
+loading itself, huge.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import keyword
 import math
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -17,14 +21,19 @@ from typing import Any
 
 import yaml
 
-from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
 from storage.records import TABLE_COLUMNS, canonical_json
-from sweep.constraints import Constraint, ConstraintError, parse_constraint
-from sweep.space import Space, expand, value_kind
+from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
+from sweep.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
+from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
 
 BACKENDS = ("auto", "cuda", "interpret", "simulate")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-MAX_POINTS = 50_000_000
+MAX_POINTS = 50_000_000  # before constraints
+MAX_CONFIGS = 5_000_000  # after constraints
+MAX_SPEC_BYTES = 1 << 20
+MAX_NESTING = 64  # YAML collections inside collections
+MAX_NAME_CHARS = 100
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class SpecError(ValueError):
@@ -89,7 +98,8 @@ class Spec:
     text: str
     name: str
     kernel: str
-    problem: Mapping[str, Any]
+    problem: Mapping[str, Any]  # with the kernel's defaults merged in
+    problem_as_written: Mapping[str, Any]  # the file's own problem mapping
     space: Mapping[str, list[Any]]
     constraints: tuple[Constraint, ...]
     timing: Timing
@@ -100,7 +110,11 @@ class Spec:
     overridden: bool = field(default=False, compare=False)
 
     def expand(self) -> Space:
-        space = expand(self.space, self.constraints)
+        try:
+            space = expand(self.space, self.constraints, max_configs=MAX_CONFIGS)
+        except SpaceTooLarge as e:
+            raise SpecError(f"{self.path}: space: {e}; add constraints or shorten the value "
+                            "lists") from None
         if len(space) == 0:
             raise SpecError(f"{self.path}: constraints: leave no config of the "
                             f"{space.size_before_constraints} in the space")
@@ -123,14 +137,30 @@ class Spec:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:16]
+        return _digest(self.identity())
+
+    def declared_identity(self) -> dict[str, Any]:
+        """identity() as the file alone decides it: the problem as written, no kernel
+        source. Computable without importing the kernel (load_spec(import_kernel=False))."""
+        ident = self.identity()
+        del ident["kernel_source"]
+        ident["problem"] = dict(self.problem_as_written)
+        return ident
+
+    @property
+    def declared_fingerprint(self) -> str:
+        """The same for a file whether or not its kernel was imported: lets `sweep resume`
+        check a run's spec before running any code it names."""
+        return _digest(self.declared_identity())
 
     def as_yaml(self) -> str:
         """The spec as run: its own text, or a normalised dump when the CLI overrode it."""
         if not self.overridden:
             return self.text
         doc = {
-            "name": self.name, "kernel": self.kernel, "problem": dict(self.problem),
+            # As written: reloading the dump gives the same declared_fingerprint, and
+            # merging the kernel's defaults again the same fingerprint.
+            "name": self.name, "kernel": self.kernel, "problem": dict(self.problem_as_written),
             "space": {k: list(v) for k, v in self.space.items()},
             "constraints": [c.text for c in self.constraints],
             "timing": {**asdict(self.timing), "screen": asdict(self.timing.screen)
@@ -142,23 +172,93 @@ class Spec:
             yaml.safe_dump(doc, sort_keys=False)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (the last would win)."""
+def _digest(identity: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:16]
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} given twice", key_node.start_mark)
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that parses but that a spec does not allow; the message names its line."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _construct_mapping)
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader for a spec. Refuses aliases (nested ones expand exponentially: a few
+    hundred bytes can become gigabytes), deep nesting, mapping keys that are not strings,
+    a key given twice in one mapping (the last would win), integers beyond int64 and lone
+    surrogates (neither survives numpy, JSON or UTF-8 later)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _Refused("YAML aliases are not supported in a spec",
+                           self.peek_event().start_mark)
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise _Refused(f"nested more than {MAX_NESTING} levels deep",
+                               self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
+            # PyYAML's own constructors raise these for explicitly tagged values they
+            # cannot read, such as `!!int abc` or `!!bool ''`.
+            kind = str(node.tag).rpartition(":")[2]
+            raise _Refused(f"cannot read {clip_repr(node.value, 40)} as {kind} "
+                           f"({type(e).__name__})", node.start_mark) from None
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Refused(f"mapping keys must be strings, got a "
+                               f"{type(key_node).__name__[:-4].lower()}", key_node.start_mark)
+            if key_node.tag != _STR_TAG:
+                kind = key_node.tag.rpartition(":")[2]
+                text = clip_text(key_node.value, 40)
+                raise _Refused(f"mapping keys must be strings; YAML reads {text} as {kind}, "
+                               f"not a string (quote it: '{text}')", key_node.start_mark)
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {clip_repr(key_node.value)} given twice",
+                    key_node.start_mark)
+            seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_int64(self, node: Any) -> int:
+        # Checked before int() runs: a long digit string is slow to convert, and beyond
+        # 4300 digits Python refuses it with a ValueError.
+        text = node.value.replace("_", "") if isinstance(node.value, str) else ""
+        value = self.construct_yaml_int(node) if len(text) <= 70 else None
+        if value is None or not INT64_MIN <= value <= INT64_MAX:
+            raise _Refused(f"the integer {clip_text(text, 40)} does not fit in 64 bits "
+                           "(from -2**63 to 2**63 - 1)", node.start_mark)
+        return value
+
+    def construct_unicode(self, node: Any) -> str:
+        value = self.construct_yaml_str(node)
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise _Refused(f"the string {clip_repr(value)} holds a lone surrogate; a spec "
+                           "must be valid Unicode", node.start_mark) from None
+        return value
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_int64)
+_SpecLoader.add_constructor(_STR_TAG, _SpecLoader.construct_unicode)
 
 
 def _is_number(v: Any) -> bool:
@@ -205,13 +305,13 @@ class _Reader:
         self.path = path
 
     def fail(self, key: str, message: str) -> SpecError:
-        return SpecError(f"{self.path}: {key}: {message}")
+        return SpecError(f"{self.path}: {clip_text(key, 100)}: {message}")
 
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise self.fail(key, f"expected a mapping, got {value!r}")
+            raise self.fail(key, f"expected a mapping, got {clip_repr(value)}")
         return value
 
     def section(self, cls: type, value: Any, key: str) -> Any:
@@ -224,44 +324,66 @@ class _Reader:
                                 f"unknown key (expected one of {', '.join(names)})")
             ok, what = checks[name]
             if not ok(v):
-                raise self.fail(f"{key}.{name}", f"expected {what}, got {v!r}")
+                raise self.fail(f"{key}.{name}", f"expected {what}, got {clip_repr(v)}")
         return cls(**data)
 
 
-def load_spec(path: str | Path, *, backend: str | None = None) -> Spec:
-    """Read, validate and resolve a spec file. backend overrides run.backend."""
-    path = Path(path)
-    r = _Reader(path)
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than 1 MiB ({MAX_SPEC_BYTES:,} bytes), the most a "
+                        "spec may be")
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{path}: not UTF-8 text ({e.reason}: byte 0x{data[e.start]:02x} on "
+                        f"line {line}); save the file as UTF-8") from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SpecLoader)
+    except _Refused as e:
+        raise SpecError(f"{path}: line {e.problem_mark.line + 1}: {e.problem}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{path}: {where}: invalid YAML ({problem})") from None
+        raise SpecError(f"{path}: {where}: invalid YAML ({clip_text(problem, 200)})") from None
+    except (RecursionError, MemoryError) as e:  # bounded above; kept as a last resort
+        raise SpecError(f"{path}: YAML too complex to load ({type(e).__name__})") from None
+
+
+def load_spec(path: str | Path, *, backend: str | None = None,
+              import_kernel: bool = True) -> Spec:
+    """Read, validate and resolve a spec file. backend overrides run.backend.
+
+    import_kernel=False checks everything the file alone decides and runs no code it
+    names: the kernel module is not imported, so the problem is not merged with its
+    defaults nor the space checked against its signature, and kernel_source stays "".
+    declared_fingerprint is the same either way.
+    """
+    path = Path(path)
+    r = _Reader(path)
+    text = _read_text(path)
+    doc = _parse_yaml(path, text)
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a mapping of spec keys at the top level")
     for key in doc:
         if key not in TOP_KEYS:
-            raise r.fail(str(key), f"unknown key (expected one of {', '.join(TOP_KEYS)})")
+            raise r.fail(key, f"unknown key (expected one of {', '.join(TOP_KEYS)})")
     for key in ("kernel", "space"):
         if key not in doc:
             raise r.fail(key, "required key is missing")
 
-    name = doc.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise r.fail("name", f"expected a non-empty string, got {name!r}")
-    kernel_name = doc["kernel"]
-    if not isinstance(kernel_name, str):
-        raise r.fail("kernel", f"expected a string, got {kernel_name!r}")
-    try:
-        reference_of(kernel_name)
-    except KernelError as e:
-        raise r.fail("kernel", f"{e}, got {kernel_name!r}") from None
+    # A long file name is no mistake in the spec: only its start names the run.
+    name = _read_name(r, doc.get("name", path.stem[:MAX_NAME_CHARS]))
+    kernel_name = _read_kernel(r, doc["kernel"])
 
     raw_timing = dict(r.mapping(doc.get("timing"), "timing"))
     raw_screen = raw_timing.pop("screen", {})
@@ -275,28 +397,75 @@ def load_spec(path: str | Path, *, backend: str | None = None) -> Spec:
     run = r.section(RunOptions, doc.get("run"), "run")
     if backend is not None:
         if backend not in BACKENDS:
-            raise SpecError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+            raise SpecError(f"--backend: expected one of {', '.join(BACKENDS)}, "
+                            f"got {clip_repr(backend)}")
         run = replace(run, backend=backend)
     simulate = r.section(SimulateOptions, doc.get("simulate"), "simulate")
     if simulate.fail_rate + simulate.crash_rate + simulate.hang_rate > 1:
         raise r.fail("simulate", "fail_rate + crash_rate + hang_rate must be at most 1")
 
     space = _read_space(r, doc["space"])
-    constraints = _read_constraints(r, doc.get("constraints"), set(space))
-    problem = r.mapping(doc.get("problem"), "problem")
+    constraints = _read_constraints(r, doc.get("constraints"), parameter_kinds(space))
+    problem_as_written = _read_problem(r, doc.get("problem"))
+    problem = dict(problem_as_written)
     kernel_source = ""
-    if run.backend != "simulate":
+    if run.backend != "simulate" and import_kernel:
         try:
             kernel = load_kernel(kernel_name)
         except KernelError as e:
-            raise r.fail("kernel", str(e)) from None
+            raise r.fail("kernel", clip_text(str(e), 300)) from None
         problem = _check_problem(r, kernel, problem, run.backend)
         _check_parameters(r, kernel, space)
         kernel_source = source_digest(kernel_name, kernel)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
-                space=space, constraints=constraints, timing=timing, validation=validation,
-                run=run, simulate=simulate, kernel_source=kernel_source,
-                overridden=backend is not None)
+                problem_as_written=problem_as_written, space=space, constraints=constraints,
+                timing=timing, validation=validation, run=run, simulate=simulate,
+                kernel_source=kernel_source, overridden=backend is not None)
+
+
+def _read_name(r: _Reader, name: Any) -> str:
+    """The run's name, which becomes a directory under runs/ (see rundir.default_out)."""
+    if not isinstance(name, str) or not name:
+        raise r.fail("name", f"expected a non-empty string, got {clip_repr(name)}")
+    if len(name) > MAX_NAME_CHARS:
+        raise r.fail("name", f"expected at most {MAX_NAME_CHARS} characters, "
+                             f"got {len(name):,}")
+    if name in (".", ".."):
+        raise r.fail("name", f"expected a name for the run directory, got {name!r}")
+    for c in name:
+        if c in "/\\" or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            raise r.fail("name", f"{c!r} cannot be part of the run directory's name, "
+                                 f"got {clip_repr(name)}")
+    return name
+
+
+def _read_kernel(r: _Reader, kernel_name: Any) -> str:
+    if not isinstance(kernel_name, str):
+        raise r.fail("kernel", f"expected a string, got {clip_repr(kernel_name)}")
+    try:
+        module = reference_of(kernel_name).partition(":")[0]
+    except KernelError as e:
+        raise r.fail("kernel", f"{e}, got {clip_repr(kernel_name)}") from None
+    if not all(part.isidentifier() for part in module.split(".")):
+        # importlib would raise TypeError for a relative name such as ".mod".
+        raise r.fail("kernel", "expected 'package.module:attr' with a module path of Python "
+                               f"identifiers, got {clip_repr(kernel_name)}")
+    return kernel_name
+
+
+def _is_json_scalar(v: Any) -> bool:
+    return isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _read_problem(r: _Reader, value: Any) -> dict[str, Any]:
+    # Checked for every backend: the simulate backend checks nothing against a kernel, yet
+    # the problem still goes into canonical JSON (fingerprints, the best-config cache).
+    problem = r.mapping(value, "problem")
+    for key, v in problem.items():
+        if not _is_json_scalar(v):
+            raise r.fail(f"problem.{key}", "expected a string, an integer, a finite number or "
+                                           f"a boolean, got {clip_repr(v)}")
+    return problem
 
 
 def _read_space(r: _Reader, value: Any) -> dict[str, list[Any]]:
@@ -306,61 +475,72 @@ def _read_space(r: _Reader, value: Any) -> dict[str, list[Any]]:
     points = 1
     for name, values in data.items():
         key = f"space.{name}"
-        if not isinstance(name, str) or not name.isidentifier():
+        if not name.isidentifier():
             raise r.fail(key, "a parameter name must be a Python identifier")
+        if keyword.iskeyword(name):
+            raise r.fail(key, "a Python keyword cannot be a parameter name")
+        normal = unicodedata.normalize("NFKC", name)
+        if normal != name:
+            # Python's parser normalises identifiers, so no constraint could name it.
+            raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
         if name in TABLE_COLUMNS:
             raise r.fail(key, "collides with a column of the trial table; rename the parameter")
         if not isinstance(values, list):
-            raise r.fail(key, f"expected a list of values (write [{values!r}]), got {values!r}")
+            shown = clip_repr(values)
+            raise r.fail(key, f"expected a list of values (write [{shown}]), got {shown}")
         if not values:
             raise r.fail(key, "expected at least one value, got an empty list")
         for v in values:
             if not isinstance(v, (bool, int, float, str)) or (
                     isinstance(v, float) and not math.isfinite(v)):
-                raise r.fail(key, f"values must be numbers, strings or booleans, got {v!r}")
+                raise r.fail(key, "values must be numbers, strings or booleans, "
+                                  f"got {clip_repr(v)}")
         if value_kind(values) is None:
-            raise r.fail(key, f"values must all be of one type, got {values!r}")
+            raise r.fail(key, f"values must all be of one type, got {clip_repr(values)}")
         if len(set(values)) != len(values):
-            raise r.fail(key, f"a value is listed twice in {values!r}")
+            raise r.fail(key, f"a value is listed twice in {clip_repr(values)}")
         points *= len(values)
     if points > MAX_POINTS:
         raise r.fail("space", f"{points:,} points before constraints; at most {MAX_POINTS:,}")
     return data
 
 
-def _read_constraints(r: _Reader, value: Any, parameters: set[str]) -> tuple[Constraint, ...]:
+def _read_constraints(r: _Reader, value: Any,
+                      parameters: Mapping[str, type]) -> tuple[Constraint, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise r.fail("constraints", f"expected a list of expressions, got {value!r}")
+        raise r.fail("constraints", f"expected a list of expressions, got {clip_repr(value)}")
     out = []
     for i, text in enumerate(value):
         key = f"constraints[{i}]"
         if not isinstance(text, str):
-            raise r.fail(key, f"expected an expression string, got {text!r}")
+            raise r.fail(key, f"expected an expression string, got {clip_repr(text)}")
         try:
             out.append(parse_constraint(text, parameters))
         except ConstraintError as e:
-            raise r.fail(key, f"{text!r} {e}") from None
+            raise r.fail(key, f"{clip_repr(text)} {e}") from None
     return tuple(out)
 
 
-def _check_problem(r: _Reader, kernel: Kernel, given: dict[str, Any], backend: str) -> dict:
+def _check_problem(r: _Reader, kernel: Kernel, given: dict[str, Any],
+                   backend: str) -> dict[str, Any]:
     problem = dict(kernel.problem_defaults)
     for key, value in given.items():
         if key not in problem:
-            known = ", ".join(problem)
+            known = clip_text(", ".join(problem), 200)
             raise r.fail(f"problem.{key}", f"unknown key for kernel {kernel.name} "
                                            f"(expected one of {known})")
         default = problem[key]
         if key == "dtype":
             if value not in DTYPES:
                 raise r.fail("problem.dtype", f"expected one of {', '.join(DTYPES)}, "
-                                              f"got {value!r}")
+                                              f"got {clip_repr(value)}")
         elif isinstance(default, bool) or type(value) is not type(default):
-            raise r.fail(f"problem.{key}", f"expected {type(default).__name__}, got {value!r}")
+            raise r.fail(f"problem.{key}", f"expected {type(default).__name__}, "
+                                           f"got {clip_repr(value)}")
         elif _is_number(value) and value <= 0:
-            raise r.fail(f"problem.{key}", f"expected a number > 0, got {value!r}")
+            raise r.fail(f"problem.{key}", f"expected a number > 0, got {clip_repr(value)}")
         problem[key] = value
     check_dtype_for_backend(r.path, problem, backend)
     return problem

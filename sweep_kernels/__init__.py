@@ -69,8 +69,12 @@ def reference_of(name: str) -> str:
     return name
 
 
-def load_kernel(name: str) -> Kernel:
+def load_kernel(name: str, search_path: str = "") -> Kernel:
+    """search_path: a directory where a "module:attr" kernel may live, looked at after the
+    installed packages (so a user's folder never shadows them)."""
     module_name, _, attr = reference_of(name).partition(":")
+    if search_path and search_path not in sys.path:
+        sys.path.append(search_path)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -3,9 +3,11 @@ the real `sweep` CLI, in-process or as a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,23 @@ def ray_local():
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_local) -> str:
+    """The shared instance's address, for CLI subprocesses to join (`--address`) instead
+    of each starting a Ray of its own (seconds each on this machine)."""
+    return ray_local.get_runtime_context().gcs_address
+
+
+def user_folders(where: Path) -> Path:
+    """Folders a user may well have, named like this project's packages (and a module
+    named like a dependency): none may replace what the sweep imports."""
+    for name in ("storage", "actors", "sweep_kernels"):
+        (where / name).mkdir()
+        (where / name / "__init__.py").write_text(f"raise ImportError('the user\'s {name}')\n")
+    (where / "yaml.py").write_text("raise ImportError(\"the user's yaml\")\n")
+    return where
 
 
 def write_spec(path: Path, **doc) -> Path:
@@ -59,7 +78,38 @@ def sweep_cli(*args: str | Path) -> int:
 
 def sweep_proc(*args: str | Path, cwd: Path = ROOT, timeout: float = 120,
                env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI as a user runs it: its own process, its own local Ray instance."""
+    """The CLI as a user runs it, in its own process (`python -m`, so the current directory
+    comes first on sys.path); its own local Ray instance unless given --address."""
     full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
     return subprocess.run([sys.executable, "-m", "sweep.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@contextlib.contextmanager
+def mounted(at: Path, *how: list[str]) -> Iterator[Path]:
+    """Real filesystems for the tests that need one (a tmpfs that fills up, a read-only
+    view): each `how` is the arguments of one `mount` call. Needs root; skipped where
+    mounting is not allowed."""
+    at.mkdir(exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a filesystem needs root")
+    done = subprocess.run(["mount", *how[0], str(at)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+    try:
+        for more in how[1:]:
+            subprocess.run(["mount", *more, str(at)], check=True, capture_output=True)
+        yield at
+    finally:
+        if subprocess.run(["umount", str(at)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(at)], check=True)
+
+
+def tmpfs(at: Path, size: str) -> contextlib.AbstractContextManager[Path]:
+    """A small tmpfs at `at`: a real disk that fills up."""
+    return mounted(at, ["-t", "tmpfs", "-o", f"size={size}", "tmpfs"])
+
+
+def read_only_view(source: Path, at: Path) -> contextlib.AbstractContextManager[Path]:
+    """`source` seen through a read-only bind mount at `at` (read-only even for root)."""
+    return mounted(at, ["--bind", str(source)], ["-o", "remount,ro,bind"])

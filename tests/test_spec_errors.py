@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, sweep_cli, sweep_proc
 
+from sweep.spec import SpecError, load_spec
+
 GOOD = """\
 kernel: matmul
 problem: {M: 64, N: 64, K: 64, dtype: float16}
@@ -60,6 +62,27 @@ CASES = [
      "timing.screen", "expected a mapping"),
     ("run: {backend: interpret}", "run: {backend: interpret, start_timeout_s: 0}",
      "run.start_timeout_s", "number > 0"),
+    # Each below once escaped as a traceback or a misleading message.
+    ("GROUP_M: [4]", "GROUP_M: [4]\n  ? [a, b]\n  : [1]", "line 8",
+     "mapping keys must be strings, got a sequence"),
+    ("GROUP_M: [4]", "GROUP_M: [4]\n  on: [1]", "line 8",
+     "YAML reads on as bool, not a string (quote it: 'on')"),
+    ("M: 64,", "1: 64,", "line 2", "mapping keys must be strings"),
+    ("GROUP_M: [4]", "GROUP_M: [4, 1180591620717411303424]", "line 7",
+     "does not fit in 64 bits"),
+    ("GROUP_M: [4]", "GROUP_M: [" + "4" * 5000 + "]", "line 7", "does not fit in 64 bits"),
+    ("GROUP_M: [4]", "GROUP_M: [!!int abc]", "line 7", "cannot read 'abc' as int"),
+    ("GROUP_M: [4]", "GROUP_M: " + "[" * 2000 + "]" * 2000, "line 7",
+     "nested more than 64 levels deep"),
+    ("kernel: matmul", "kernel: .mod:KERNEL", "kernel", "module path of Python identifiers"),
+    ("GROUP_M: [4]", "GROUP_M: [4]\n  ℌ: [1]", "space.ℌ", "Python reads this name as 'H'"),
+    ("GROUP_M: [4]", "GROUP_M: [4]\n  lambda: [1]", "space.lambda", "Python keyword"),
+    ('["BLOCK_M <= 64"]', '["BLOCK_M + \'x\' > 1"]', "constraints[0]",
+     "+ needs numbers, got a number and a string"),
+    ('["BLOCK_M <= 64"]', '["\'x\' < BLOCK_M"]', "constraints[0]",
+     "< needs two numbers or two strings, got a string and a number"),
+    ("M: 64,", "M: 2024-01-01,", "problem.M",
+     "expected a string, an integer, a finite number or a boolean"),
 ]
 
 
@@ -77,9 +100,68 @@ def test_bad_spec_is_one_line_naming_file_and_key(tmp_path, capsys, old, new, ke
     assert not out.exists()
 
 
-def test_the_good_spec_those_cases_start_from_is_accepted(tmp_path):
-    from sweep.spec import load_spec
+# Specs the loader once accepted: each is now refused by load_spec (checked first, so
+# that a regression fails fast instead of starting a sweep) and by the CLI.
+REFUSED_AT_LOAD = [
+    ("M: 64,", "M: 36893488147419103232,", "line 2", "does not fit in 64 bits"),
+    ("run: {backend: interpret}", "run: {backend: interpret, seed: 18446744073709551616}",
+     "line 10", "does not fit in 64 bits"),
+    ("GROUP_M: [4]", "GROUP_M: &g [4]\n  num_stages: *g", "line 8",
+     "YAML aliases are not supported in a spec"),
+    ("GROUP_M: [4]", 'GROUP_M: ["\\ud800"]', "line 7", "lone surrogate"),
+    ("kernel: matmul", 'name: "a\\0b"\nkernel: matmul', "name", "'\\x00' cannot be part"),
+    ("kernel: matmul", "name: ../../elsewhere\nkernel: matmul", "name", "'/' cannot be part"),
+    ("kernel: matmul", "name: '..'\nkernel: matmul", "name",
+     "expected a name for the run directory"),
+    ("kernel: matmul", f"name: {'n' * 101}\nkernel: matmul", "name", "at most 100 characters"),
+    ('["BLOCK_M <= 64"]', '["BLOCK_ᴹ <= 64"]', "constraints[0]",
+     "'BLOCK_ᴹ' is read by Python as 'BLOCK_M'"),
+    ('["BLOCK_M <= 64"]', '["' + "-" * 200 + 'BLOCK_M < 1"]', "constraints[0]",
+     "nests deeper than 100 levels"),
+    ('["BLOCK_M <= 64"]', '["' + " + ".join(["BLOCK_M"] * 130) + ' > 1"]', "constraints[0]",
+     "characters long; at most 1,000"),
+    ('["BLOCK_M <= 64"]', '["BLOCK_M < 1' + "0" * 400 + '"]', "constraints[0]",
+     "is too large"),
+]
 
+
+def assert_refused(spec: Path, capsys: pytest.CaptureFixture[str], key: str, says: str) -> None:
+    """load_spec refuses spec with one line naming it and key; so does `sweep run`, with
+    exit 2 and nothing written."""
+    with pytest.raises(SpecError) as e:
+        load_spec(spec)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{spec}: {key}") and says in message, \
+        message
+    out = spec.parent / "out"
+    assert sweep_cli("run", spec, "--out", out) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("old", "new", "key", "says"), REFUSED_AT_LOAD,
+                         ids=[f"{c[2]}:{c[3][:40]}" for c in REFUSED_AT_LOAD])
+def test_spec_the_loader_once_accepted_is_refused_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, key: str,
+        says: str) -> None:
+    assert old in GOOD
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(GOOD.replace(old, new, 1))
+    assert_refused(spec, capsys, key, says)
+
+
+@pytest.mark.parametrize("value", ["2024-01-01", "[1, 2]", "{a: 1}", "null", ".inf",
+                                   "!!binary aGk="])
+def test_problem_values_must_be_json_scalars_even_when_no_kernel_checks_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    spec = tmp_path / "sim.yaml"
+    spec.write_text("kernel: matmul\nspace: {A: [1]}\nrun: {backend: simulate}\n"
+                    f"problem: {{x: {value}}}\n")
+    assert_refused(spec, capsys, "problem.x",
+                   "expected a string, an integer, a finite number or a boolean")
+
+
+def test_the_good_spec_those_cases_start_from_is_accepted(tmp_path):
     spec = tmp_path / "good.yaml"
     spec.write_text(GOOD)
     assert len(load_spec(spec).expand()) == 2

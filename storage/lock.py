@@ -1,0 +1,91 @@
+"""One process at a time owns a run directory.
+
+The lock is an flock(2) on DIR/.lock, held for the whole `sweep run` or `sweep resume`
+session and dropped by the kernel when the process ends, however it ends: a SIGKILLed
+run leaves no stale lock behind. It is taken before anything in the directory is read or
+written, so there is no window between "is this directory free?" and "it is mine". The
+file also names its holder, for the message a second process prints.
+
+flock works across the hosts of an NFSv4 mount (Linux maps it to a byte-range lock); on
+filesystems without working locks the run is refused rather than left unguarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+
+class RunDirBusy(Exception):
+    """Another process holds the run directory; the message names it."""
+
+
+@dataclass
+class RunDirLock:
+    directory: Path
+    fd: int
+
+    @classmethod
+    def acquire(cls, directory: Path, command: str) -> RunDirLock:
+        """Lock `directory` (which must exist) or raise RunDirBusy naming the holder;
+        `command` says what this process is doing, for such a message of another.
+        OSError (a read-only directory, no locks on this filesystem) passes through."""
+        path = directory / LOCK_NAME
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunDirBusy(f"{directory}: in use by another sweep ({holder}); "
+                                 "wait for it to end, or stop it first") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            # The file locked must still be the one at the path: a holder that gave the
+            # directory back may have removed it after we opened it (see release).
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                _write_holder(fd, command)
+                return cls(directory, fd)
+            os.close(fd)
+
+    def release(self, remove: bool = False) -> None:
+        """Unlock; with remove, also delete the lock file (for a directory given back as
+        it was found). It is deleted while still locked, so no one else holds it then."""
+        if self.fd < 0:
+            return
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / LOCK_NAME).unlink()
+        os.close(self.fd)
+        self.fd = -1
+
+
+def _write_holder(fd: int, command: str) -> None:
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command[:300],
+              "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0))
+        return (f"pid {holder['pid']} on {holder['host']} since {holder['since']}: "
+                f"{holder['command']}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"

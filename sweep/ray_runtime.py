@@ -1,0 +1,178 @@
+"""The Runtime on Ray: one actor per worker, one streaming generator per batch.
+
+Each batch is a call of TrialWorker.run, a Ray generator, so records stream back as trials
+finish. An actor's death surfaces as an error on whichever of its calls the driver reads
+next; before reporting it, every message the worker managed to send is taken, so results
+that arrived are never lost with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from actors.timing import Timing
+from actors.worker import BatchStarted, TrialWorker, WorkerSettings
+from storage.records import TrialRecord
+from sweep.runtime import (
+    BatchBegan,
+    BatchDone,
+    Event,
+    Placement,
+    Trial,
+    TrialDone,
+    WorkerLost,
+    WorkerUp,
+)
+
+
+@dataclass
+class _Stream:
+    batch: int
+    trials: int
+    gen: Any  # ray ObjectRefGenerator
+    reported: int = 0
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    ready: Any  # its info() call; answers once the worker is up
+    streams: list[_Stream] = field(default_factory=list)
+
+
+class RayRuntime:
+    def __init__(self, settings: WorkerSettings, placement: Placement, depth: int) -> None:
+        self.settings = settings
+        self.placement = placement
+        self.depth = depth
+        self._actors: dict[str, _Actor] = {}
+
+    def start(self, worker: str) -> None:
+        p = self.placement
+        # A thread for each batch queued on the worker (see actors/worker.py), and one for
+        # info() and retime().
+        options: dict[str, Any] = {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus,
+                                   "max_restarts": 0, "max_task_retries": 0,
+                                   "max_concurrency": self.depth + 1}
+        if p.env:
+            options["runtime_env"] = {"env_vars": dict(p.env)}
+        handle = ray.remote(TrialWorker).options(**options).remote(self.settings, worker)
+        self._actors[worker] = _Actor(handle, handle.info.remote())
+
+    def submit(self, worker: str, batch: int, trials: Sequence[Trial],
+               ahead: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        actor = self._actors[worker]
+        gen = actor.handle.run.remote(batch, list(trials), list(ahead))
+        actor.streams.append(_Stream(batch, len(trials), gen))
+
+    def poll(self, timeout_s: float) -> list[Event]:
+        refs: dict[Any, tuple[str, _Stream | None]] = {}
+        for name, actor in self._actors.items():
+            if actor.ready is not None:
+                refs[actor.ready] = (name, None)
+            for stream in actor.streams:
+                refs[stream.gen] = (name, stream)
+        if not refs:
+            time.sleep(timeout_s)  # nothing to wait on: a worker may be started later
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout_s)
+        if not ready:
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        events: list[Event] = []
+        for ref in ready:
+            name, maybe_stream = refs[ref]
+            if name not in self._actors:
+                continue  # lost while handling an earlier ref of this round
+            if maybe_stream is None:
+                events += self._answer_ready(name)
+            elif maybe_stream in self._actors[name].streams:
+                events += self._take(name, maybe_stream)
+        return events
+
+    def _answer_ready(self, name: str) -> list[Event]:
+        actor = self._actors[name]
+        try:
+            info = ray.get(actor.ready)
+        except RayActorError as e:
+            return self._lost(name, f"worker died while starting: {e}", e.actor_init_failed)
+        except RayError as e:
+            return self._lost(name, f"worker failed while starting: {e}", True)
+        actor.ready = None
+        return [WorkerUp(name, info["device"], info["node"])]
+
+    def _take(self, name: str, stream: _Stream) -> list[Event]:
+        """The next message of one batch's stream."""
+        try:
+            ref = next(stream.gen)
+        except StopIteration:
+            if stream.reported < stream.trials:  # the stream ended early: the worker is gone
+                return self._lost(name, "worker ended its batch early")
+            self._actors[name].streams.remove(stream)
+            return [BatchDone(name, stream.batch)]
+        try:
+            message = ray.get(ref)
+        except RayActorError as e:
+            return self._lost(name, f"worker died: {e}", e.actor_init_failed)
+        except RayError as e:  # an exception escaped the worker's loop: treat as a death
+            return self._lost(name, f"worker failed: {e}")
+        return [self._event(name, stream, message)]
+
+    def _event(self, name: str, stream: _Stream, message: Any) -> Event:
+        if isinstance(message, BatchStarted):
+            return BatchBegan(name, stream.batch)
+        assert isinstance(message, TrialRecord), message
+        stream.reported += 1
+        return TrialDone(name, stream.batch, message)
+
+    def _lost(self, name: str, why: str, init_failed: bool = False) -> list[Event]:
+        events = self.settle(name, timeout_s=5.0)
+        self.kill(name)
+        return [*events, WorkerLost(name, why, init_failed)]
+
+    def settle(self, worker: str, timeout_s: float) -> list[Event]:
+        actor = self._actors.get(worker)
+        if actor is None:
+            return []
+        deadline = time.monotonic() + timeout_s
+        events: list[Event] = []
+        for stream in list(actor.streams):
+            while True:
+                left = max(0.0, deadline - time.monotonic())
+                ready, _ = ray.wait([stream.gen], timeout=left)
+                if not ready:
+                    break
+                try:
+                    message = ray.get(next(stream.gen), timeout=5)
+                except StopIteration:
+                    if stream.reported == stream.trials:
+                        actor.streams.remove(stream)
+                        events.append(BatchDone(worker, stream.batch))
+                    break
+                except (RayError, GetTimeoutError):
+                    return events
+                events.append(self._event(worker, stream, message))
+        return events
+
+    def kill(self, worker: str) -> None:
+        actor = self._actors.pop(worker, None)
+        if actor is not None:
+            with contextlib.suppress(RayError):
+                ray.kill(actor.handle, no_restart=True)
+
+    def retime(self, worker: str, configs: Sequence[dict[str, Any]],
+               rounds: int) -> list[Timing]:
+        return ray.get(self._actors[worker].handle.retime.remote(list(configs), rounds))
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()

@@ -1,0 +1,109 @@
+"""The seam between the driver's rules and the machinery that runs workers.
+
+The driver (sweep/driver.py) decides what runs where, what a death or a silence means and
+when to give up; a Runtime starts workers, hands them batches, reports what happened as
+events and kills them. sweep/ray_runtime.py is the real one (Ray actors); the tests drive
+the same rules through an in-process runtime with a clock they control
+(tests/fake_runtime.py), so fault paths are tested deterministically in milliseconds.
+
+Events for one worker arrive in the order the worker produced them; a worker's events stop
+after its WorkerLost, or once the driver kills it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from actors.timing import Timing
+from storage.records import TrialRecord
+
+Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How many workers, and what each asks of the cluster."""
+
+    workers: int
+    num_gpus: float = 0.0
+    num_cpus: float = 0.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    compile_workers: int = 0  # compile processes per worker (cuda)
+
+
+@dataclass(frozen=True)
+class WorkerUp:
+    """The worker is ready to run trials (its device and compile pool set up)."""
+
+    worker: str
+    device: str
+    node: str
+
+
+@dataclass(frozen=True)
+class BatchBegan:
+    """The worker began the batch: its first trial's clock starts now."""
+
+    worker: str
+    batch: int
+
+
+@dataclass(frozen=True)
+class TrialDone:
+    worker: str
+    batch: int
+    record: TrialRecord
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    """Every trial of the batch was reported."""
+
+    worker: str
+    batch: int
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """The worker's process is gone (or its stream broke). Messages it sent just before
+    dying may never arrive, so what it was running is only a suspicion."""
+
+    worker: str
+    why: str
+    init_failed: bool = False  # its constructor raised: a start-up failure, not a trial's
+
+
+Event = WorkerUp | BatchBegan | TrialDone | BatchDone | WorkerLost
+
+
+class Runtime(Protocol):
+    def start(self, worker: str) -> None:
+        """Start a worker; a WorkerUp (or WorkerLost) event follows when it is ready."""
+
+    def submit(self, worker: str, batch: int, trials: Sequence[Trial],
+               ahead: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """Queue batch number `batch` (0, 1, ... per worker; run in that order). `ahead`:
+        configs some worker gets soon, which an idle compile pool may work on."""
+
+    def poll(self, timeout_s: float) -> list[Event]:
+        """Events that have happened, waiting up to timeout_s for the first one."""
+
+    def settle(self, worker: str, timeout_s: float) -> list[Event]:
+        """Before a worker is given up: the events it has produced, waiting up to
+        timeout_s for streams that are ending (a dead worker's soon do, a hung one's
+        never)."""
+
+    def kill(self, worker: str) -> None:
+        """Stop the worker now; no event of it is reported afterwards."""
+
+    def retime(self, worker: str, configs: Sequence[dict[str, Any]],
+               rounds: int) -> list[Timing]:
+        """Re-time configs side by side on one up worker (blocking)."""
+
+    def monotonic(self) -> float:
+        """The clock for timeouts and deadlines: never steps."""
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch, for records."""

@@ -1,0 +1,225 @@
+"""The driver's rules (probation, timeouts, start-up failures, draining, budgets) against
+an in-process runtime whose clock the test controls (tests/fake_runtime.py): each fault
+path deterministically, in milliseconds. tests/test_stop_resume.py and
+tests/test_statuses.py keep end-to-end runs with real Ray, real signals and real kills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+from fake_runtime import Dies, Fails, FakeRuntime, Hangs, Ok, Start
+
+from storage.records import TrialRecord
+from sweep.driver import Driver, DriverFailed, Limits, SpentAttempt
+from sweep.space import expand
+from sweep.tally import Tally
+
+LIMITS = Limits(trial_timeout_s=60, max_retries=1, drain_s=3, snapshot_every_s=30,
+                batch_size=2, depth=2, start_timeout_s=60)
+
+
+@dataclass
+class MemoryLog:
+    records: list[TrialRecord] = field(default_factory=list)
+    attempts: list[SpentAttempt] = field(default_factory=list)
+
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None:
+        self.records += records
+        self.attempts += attempts
+
+    def by_index(self) -> dict[int, TrialRecord]:
+        assert len({r.index for r in self.records}) == len(self.records), "an index twice"
+        return {r.index: r for r in self.records}
+
+
+@dataclass
+class Events:
+    lines: list[str] = field(default_factory=list)
+
+    def on_records(self, records, tally) -> None:
+        pass
+
+    def on_event(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def make(n: int, runtime: FakeRuntime, limits: Limits = LIMITS, workers: int = 2,
+         should_stop=lambda: False, todo=None, spent=None, deaths=None):
+    log, events = MemoryLog(), Events()
+    space = expand({"A": list(range(n))}, [])
+    driver = Driver(space, runtime, workers, limits, log, Tally(total=n),
+                    range(n) if todo is None else todo, spent or {}, deaths or {},
+                    should_stop=should_stop, on_snapshot=lambda: None, observers=[events])
+    return driver, log, events
+
+
+def test_every_trial_is_recorded_once_across_workers():
+    rt = FakeRuntime()
+    driver, log, _ = make(20, rt, workers=3)
+    assert driver.run() == "complete"
+    driver.close()
+    rows = log.by_index()
+    assert sorted(rows) == list(range(20))
+    assert {r.status for r in rows.values()} == {"ok"}
+    assert {r.worker for r in rows.values()} == {"w1", "w2", "w3"}
+    assert driver.tally.done == 20 and log.attempts == []
+
+
+def test_a_trial_that_kills_its_worker_runs_alone_then_is_crashed():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Dies() if i == 5 else Ok())
+    driver, log, _ = make(12, rt)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert sorted(rows) == list(range(12))
+    assert rows[5].status == "crashed" and rows[5].attempt == 2
+    assert "died" in (rows[5].error or "")
+    assert all(r.status == "ok" and r.attempt == 1 for i, r in rows.items() if i != 5)
+    # The second death was on probation: trial 5 alone in its batch on a fresh worker.
+    alone = [s for s in rt.submitted if 5 in s[2]]
+    assert len(alone) == 2 and alone[1][2] == [5]
+    assert log.attempts == [SpentAttempt(5, 1, "died"), SpentAttempt(5, 2, "died")]
+
+
+def test_a_suspect_blamed_for_a_death_it_did_not_cause_is_cleared_by_running_alone():
+    # Trial 2's record is lost with its worker, which trial 3 killed: the driver first
+    # suspects 2, which then succeeds alone; 3 is caught when it kills again.
+    def trial(i, c, a, w):
+        if i == 3:
+            return Dies(lose_records=1)
+        return Ok()
+
+    rt = FakeRuntime(trial=trial)
+    driver, log, _ = make(6, rt, limits=replace(LIMITS, batch_size=4, depth=1), workers=1)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert (rows[2].status, rows[2].attempt) == ("ok", 2)
+    assert rows[3].status == "crashed"
+    assert {i: r.status for i, r in rows.items() if i not in (2, 3)} == \
+        dict.fromkeys((0, 1, 4, 5), "ok")
+
+
+def test_a_replacement_worker_killed_while_starting_blames_no_trial():
+    # Trial 4 kills its worker once (attempt 1 only). Its replacement is killed during
+    # its own start-up, before it could run anything: that is not trial 4's death.
+    starts = {"w2": Start(dies=True)}
+    rt = FakeRuntime(trial=lambda i, c, a, w: Dies() if (i, a) == (4, 1) else Ok(),
+                     start_script=lambda w: starts.get(w, Start()))
+    driver, log, events = make(8, rt, workers=1)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert (rows[4].status, rows[4].attempt) == ("ok", 2)
+    assert log.attempts == [SpentAttempt(4, 1, "died")]
+    assert any("died while starting" in line for line in events.lines)
+
+
+def test_a_hung_trial_is_recorded_timeout_and_its_worker_replaced():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Hangs() if i == 3 else Ok(seconds=2))
+    driver, log, _ = make(10, rt)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert rows[3].status == "timeout" and "trial_timeout_s=60" in (rows[3].error or "")
+    assert rows[3].finished_at - rows[3].started_at == pytest.approx(60, abs=0.3)
+    assert all(r.status == "ok" for i, r in rows.items() if i != 3)
+    assert rows[3].worker in rt.killed
+
+
+def test_a_worker_frozen_between_batches_is_replaced_without_blaming_a_trial():
+    # w1 finishes its first batch and never begins its second (a SIGSTOPped process).
+    rt = FakeRuntime(freezes=lambda w, b: (w, b) == ("w1", 1))
+    driver, log, events = make(10, rt, limits=replace(LIMITS, trial_timeout_s=5))
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert sorted(rows) == list(range(10))
+    assert {r.status for r in rows.values()} == {"ok"} and log.attempts == []
+    assert "w1" in rt.killed
+    assert any("no progress for 5 s between batches" in line for line in events.lines)
+    assert rt.now < 5 + 10  # replaced at its deadline, not never
+
+
+def test_a_step_of_the_wall_clock_times_out_nothing():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=1))
+
+    class StepClock(Events):
+        def on_records(self, records, tally) -> None:
+            rt.wall_offset -= 7200  # the wall clock jumps back two hours, again and again
+
+    driver, log, _ = make(10, rt, limits=replace(LIMITS, trial_timeout_s=3))
+    driver.observers.append(StepClock())
+    assert driver.run() == "complete"
+    assert {r.status for r in log.records} == {"ok"}
+
+
+def test_a_worker_that_cannot_be_placed_is_given_up_and_the_others_finish():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=5),
+                     start_script=lambda w: Start(never=True) if w == "w2" else Start())
+    driver, log, events = make(6, rt, limits=replace(LIMITS, start_timeout_s=15))
+    assert driver.run() == "complete"
+    assert {r.worker for r in log.records} == {"w1"} and len(log.records) == 6
+    assert any("did not start within 15 s" in line for line in events.lines)
+
+
+def test_no_worker_starting_ends_the_run_failed():
+    rt = FakeRuntime(start_script=lambda w: Start(never=True))
+    driver, log, _ = make(4, rt, limits=replace(LIMITS, start_timeout_s=15))
+    with pytest.raises(DriverFailed, match="no worker started within"):
+        driver.run()
+    assert rt.now == pytest.approx(15) and log.records == []
+
+
+def test_workers_that_keep_failing_to_start_end_the_run_failed():
+    rt = FakeRuntime(start_script=lambda w: Start(init_fails=True))
+    driver, log, _ = make(4, rt, workers=1)
+    with pytest.raises(DriverFailed, match="failed to start 3 times"):
+        driver.run()
+    assert rt.started == ["w1", "w2", "w3"] and log.records == []
+
+
+def test_a_stop_drains_running_trials_and_abandons_batches_not_begun():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=2 if i < 2 else 10))
+    stop = {"now": False}
+
+    class StopAfterFirst(Events):
+        def on_records(self, records, tally) -> None:
+            stop["now"] = True
+
+    driver, log, _ = make(10, rt, limits=replace(LIMITS, batch_size=1, drain_s=3),
+                          should_stop=lambda: stop["now"])
+    driver.observers.append(StopAfterFirst())
+    assert driver.run() == "stopped"
+    # Both workers were up at t=1: w1 runs batches [0] and [1] (2 s each), w2 [2] and [3]
+    # (10 s each). The stop comes with trial 0's record at t=3, when w1 has begun [1]:
+    # it finishes within the 3 s drain. Trial 2 would need until t=11: it spends an
+    # attempt. Batch [3] was never begun: it simply runs again later.
+    assert sorted(r.index for r in log.records) == [0, 1]
+    assert log.attempts == [SpentAttempt(2, 1, "interrupted")]
+    assert rt.now == pytest.approx(3 + 3)
+    assert sorted(rt.killed) == ["w1", "w2"]
+
+
+def test_max_trials_stops_handing_out_work_after_that_many():
+    rt = FakeRuntime()
+    driver, log, _ = make(20, rt, limits=replace(LIMITS, max_trials=7))
+    assert driver.run() == "budget"
+    assert len(log.records) == 7 and sorted(r.index for r in log.records) == list(range(7))
+    assert sum(len(s[2]) for s in rt.submitted) == 7
+
+
+def test_a_suspect_from_an_earlier_session_runs_alone_first():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Dies() if i == 1 else Fails())
+    driver, log, _ = make(4, rt, workers=1, spent={1: 1}, deaths={1: 1})
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert (rows[1].status, rows[1].attempt) == ("crashed", 2)
+    assert ("w1", 0, [0, 1]) not in rt.submitted
+    assert [s[2] for s in rt.submitted if 1 in s[2]] == [[1]]
+
+
+def test_retiming_after_a_resume_with_nothing_left_starts_one_worker():
+    rt = FakeRuntime()
+    driver, _, _ = make(3, rt, todo=[])
+    assert driver.run() == "complete"
+    timings = driver.retime([{"A": 0}, {"A": 1}], rounds=3)
+    assert len(timings) == 2 and rt.started == ["w1"]
+    driver.close()
+    assert rt.killed == ["w1"]
