@@ -99,7 +99,8 @@ def build_million(tmp: Path) -> tuple[Path, Path]:
     assert sweep("run", spec, "--out", out, "--max-trials", "1").wait(120) == 0
     (out / "journal.jsonl").unlink()
     (out / "trials.parquet").unlink()
-    space = load_spec(spec).expand()
+    loaded = load_spec(spec)
+    space, run = loaded.expand(), loaded.fingerprint
     backend = SimulatedBackend(trial_ms=0, fail_rate=0.02, crash_rate=0, hang_rate=0, seed=0)
     with Journal(out / "journal.jsonl") as journal:
         chunk = []
@@ -110,9 +111,9 @@ def build_million(tmp: Path) -> tuple[Path, Path]:
                 index, config, backend.run_trial(config), device="simulated", node="bench",
                 worker="w1", attempt=1, started_at=now, finished_at=now))
             if len(chunk) == 50_000:
-                append_records(journal, chunk)
+                append_records(journal, chunk, run)
                 chunk = []
-        append_records(journal, chunk)
+        append_records(journal, chunk, run)
     return spec, out
 
 

@@ -18,13 +18,15 @@ def replace_atomically(path: Path, write: Callable[[str], object]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~_UMASK)
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # a write error names no file: say which one failed
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -37,7 +39,12 @@ def write_bytes_atomically(path: Path, data: bytes) -> None:
     replace_atomically(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# Read once, at import: reading it means setting it, which is not safe while another thread
+# (the table checkpoint) creates files.
+_UMASK = _read_umask()

@@ -34,7 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
-from storage.records import STATUSES, VALIDATIONS, TrialRecord, canonical_json
+from storage.records import (
+    MAX_ERROR_CHARS,
+    STATUSES,
+    VALIDATIONS,
+    TrialRecord,
+    canonical_json,
+)
 from storage.schema import RECORD_COLUMNS, RECORD_SCHEMA
 from storage.table import TABLE_RANGES
 
@@ -385,6 +391,8 @@ def _rules(table: pa.Table, check: RecordCheck) -> Iterator[Rule]:
            lambda row: "status ok without latency_ms" if row["status"] == "ok"
            else f"latency_ms given for status {row['status']!r}")
     yield pc.greater_equal(table["attempt"], 1), lambda row: f"attempt {row['attempt']} is below 1"
+    yield (pc.fill_null(pc.less_equal(pc.utf8_length(table["error"]), MAX_ERROR_CHARS), True),
+           lambda row: f"error is longer than {MAX_ERROR_CHARS} characters")
     for c in RECORD_COLUMNS:
         if pa.types.is_floating(c.type):
             yield pc.fill_null(pc.is_finite(table[c.name]), True), _says_not_finite(c.name)

@@ -1,13 +1,14 @@
 """One process at a time owns a run directory.
 
-The lock is an flock(2) on DIR/.lock, held for the whole `sweep run` or `sweep resume`
-session and dropped by the kernel when the process ends, however it ends: a SIGKILLed
-run leaves no stale lock behind. It is taken before anything in the directory is read or
-written, so there is no window between "is this directory free?" and "it is mine". The
-file also names its holder, for the message a second process prints.
+The lock is an flock(2) on DIR/.sweep.lock, held for the whole `sweep run` or
+`sweep resume` session and dropped by the kernel when the process ends, however it ends: a
+SIGKILLed run leaves no stale lock behind. It is taken before anything in the directory is
+read or written, so there is no window between "is this directory free?" and "it is
+mine". The file also names its holder, for the message a second process prints.
 
-flock works across the hosts of an NFSv4 mount (Linux maps it to a byte-range lock); on
-filesystems without working locks the run is refused rather than left unguarded.
+flock works across the hosts of an NFSv4 mount (Linux maps it to a byte-range lock); where
+flock(2) fails the run is refused. A mount whose locks are local only (NFS `nolock` or
+`local_lock=flock`) guards against processes of the same host alone.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCK_NAME = ".lock"
+LOCK_NAME = ".sweep.lock"
 
 
 class RunDirBusy(Exception):
@@ -32,6 +34,7 @@ class RunDirBusy(Exception):
 class RunDirLock:
     directory: Path
     fd: int
+    created: bool  # the file is this process's to remove
 
     @classmethod
     def acquire(cls, directory: Path, command: str) -> RunDirLock:
@@ -40,7 +43,7 @@ class RunDirLock:
         OSError (a read-only directory, no locks on this filesystem) passes through."""
         path = directory / LOCK_NAME
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd, created = _open(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -59,19 +62,41 @@ class RunDirLock:
                 same = False
             if same:
                 _write_holder(fd, command)
-                return cls(directory, fd)
+                return cls(directory, fd, created)
             os.close(fd)
 
     def release(self, remove: bool = False) -> None:
-        """Unlock; with remove, also delete the lock file (for a directory given back as
-        it was found). It is deleted while still locked, so no one else holds it then."""
+        """Unlock; with remove, also delete the lock file if this process made it (for a
+        directory given back as it was found). It is deleted while still locked, so no one
+        else holds it then. Never raises: it runs on the way out of every session."""
         if self.fd < 0:
             return
-        if remove:
-            with contextlib.suppress(FileNotFoundError):
-                (self.directory / LOCK_NAME).unlink()
-        os.close(self.fd)
-        self.fd = -1
+        try:
+            if remove and self.created:
+                with contextlib.suppress(OSError):
+                    (self.directory / LOCK_NAME).unlink()
+        finally:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _open(path: Path) -> tuple[int, bool]:
+    """The lock file, and whether this call made it; never through a link, never another
+    kind of file."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+    while True:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            continue  # removed meanwhile by a holder giving it back
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{path} is not a regular file")
+        return fd, False
 
 
 def _write_holder(fd: int, command: str) -> None:

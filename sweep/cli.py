@@ -29,7 +29,8 @@ def _own_packages_first() -> str:
         here = os.getcwd()
     except OSError:  # the directory was deleted under us
         here = ""
-    sys.path[:] = [p for p in sys.path if p not in ("", here)]
+    if sys.path and sys.path[0] in ("", here):  # Python's own entry, not PYTHONPATH's
+        del sys.path[0]
     import actors  # noqa: F401
     import storage  # noqa: F401
     import sweep_kernels  # noqa: F401
@@ -80,6 +81,7 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command (argv None: sys.argv) or an in-process call with its arguments."""
     args = _parser().parse_args(argv)
     stop = STOP
     # Again, for an in-process caller (tests) that restored the handlers after a former
@@ -88,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()
     code = _main(args, stop, Console(), Console(stderr=True))
     cluster = sys.modules.get("sweep.cluster")
-    if cluster is not None and cluster.abandoned():
-        # A thread is stuck inside ray.init: Ray's exit hooks would wait on it.
+    if argv is None and cluster is not None and cluster.abandoned():
+        # The command ends here although a thread is stuck inside ray.init, on which
+        # Ray's exit hooks would wait. (An in-process caller keeps its interpreter.)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -48,10 +48,12 @@ def connect(address: str | None, stop_requested: Callable[[], bool]) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
     if address:
-        _probe(address)
+        def join() -> None:
+            _probe(address)  # its name lookup, too, may take long
+            ray.init(address=address, **common)
+
         with _neutral_cwd():
-            _join_responsively(lambda: ray.init(address=address, **common), address,
-                               stop_requested)
+            _join_responsively(join, address, stop_requested)
         return True
     # Ray's processes die with the thread that starts them (PR_SET_PDEATHSIG), so a local
     # instance starts on this, the main thread; a signal meanwhile only sets the stop flag.

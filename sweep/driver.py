@@ -8,10 +8,10 @@ each worker is running and since when, so:
   that makes no progress between batches is replaced without blaming a trial;
 - a worker that dies is blamed on the first trial it had not reported. Messages sent just
   before a process dies can be lost, so that blame is only a suspicion: the suspect runs
-  again alone on a fresh worker ("probation"), where a death is certainly its own. A trial
-  whose worker died more than max_retries times, the last on probation, is `crashed`.
-  A worker that dies before it was up blames nobody. Every other unfinished trial goes
-  back to the front of the queue unharmed.
+  again alone, on a worker with nothing else queued ("probation"), where a death is
+  certainly its own. A trial whose worker died more than max_retries times, the last on
+  probation, is `crashed`. A worker that dies before it was up blames nobody. Every other
+  unfinished trial goes back to the front of the queue unharmed.
 Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
 out trials; records carry wall-clock times.
 """
@@ -147,6 +147,7 @@ class Driver:
         self._hinted: set[int] = set()
         self._records: list[TrialRecord] = []
         self._attempts: list[SpentAttempt] = []
+        self._stopping = False
 
     # --- workers -------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
@@ -160,7 +161,19 @@ class Driver:
 
     def _replace(self, slot: _Slot) -> None:
         self.runtime.kill(slot.name)
-        self._start(slot)
+        if self._stopping:  # no new workers for a run that is ending
+            self.slots.remove(slot)
+        else:
+            self._start(slot)
+
+    def _give_up(self, slot: _Slot, why: str) -> None:
+        """Go on without this slot; with none left, the run has failed."""
+        self.runtime.kill(slot.name)
+        self.slots.remove(slot)
+        self._requeue(slot.unfinished())
+        if not self.slots:
+            raise DriverFailed(why)
+        self._event(f"{why}; going on with {len(self.slots)} worker(s)")
 
     def _slot(self, worker: str) -> _Slot | None:
         return next((s for s in self.slots if s.name == worker), None)
@@ -173,16 +186,12 @@ class Driver:
         for slot in list(self.slots):
             if slot.up or now - slot.born < self.limits.start_timeout_s:
                 continue
-            self.runtime.kill(slot.name)
-            self.slots.remove(slot)
-            self._requeue(slot.unfinished())
-            if not self.slots:
-                raise DriverFailed(f"no worker started within run.start_timeout_s="
-                                   f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
-                                   "have the free GPUs (or CPUs) it advertises?")
-            self._event(f"worker {slot.name} did not start within "
-                        f"{self.limits.start_timeout_s:g} s (no free resources for it?); "
-                        f"going on with {len(self.slots)}")
+            if len(self.slots) == 1:
+                self._give_up(slot, f"no worker started within run.start_timeout_s="
+                                    f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
+                                    "have the free GPUs (or CPUs) it advertises?")
+            self._give_up(slot, f"worker {slot.name} did not start within "
+                                f"{self.limits.start_timeout_s:g} s (no free resources for it?)")
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> Ending:
@@ -197,6 +206,7 @@ class Driver:
         try:
             while True:
                 if stopping_at is None and self.should_stop():
+                    self._stopping = True
                     stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
@@ -227,7 +237,9 @@ class Driver:
             # never acknowledged and run again on resume.
             running = any(b.started and b.unfinished() for s in self.slots for b in s.batches)
             return not running or self.runtime.monotonic() >= stopping_at
-        if any(s.batches for s in self.slots):
+        # A batch whose every record arrived counts as done even if its stream never ended
+        # (a worker frozen right after its last record): close() stops that worker.
+        if any(s.unfinished() for s in self.slots):
             return False
         return not self.queue or self._budget_left() <= 0
 
@@ -254,7 +266,9 @@ class Driver:
         slot = next((s for s in self.slots if s.up), None)
         if slot is None:  # a resumed run whose trials were all done before
             slot = self._await_worker()
-        return self.runtime.retime(slot.name, configs, rounds)
+        # Each round times every finalist once: about one trial's worth of work.
+        return self.runtime.retime(slot.name, configs, rounds,
+                                   rounds * self.limits.trial_timeout_s, self.should_stop)
 
     def _await_worker(self) -> _Slot:
         slot = _Slot()
@@ -276,7 +290,7 @@ class Driver:
             while slot.up and self.queue and len(slot.batches) < self.limits.depth \
                     and not slot.on_probation:
                 if self.queue[0][0] in self.probation:
-                    if slot.batches:
+                    if slot.batches or self._budget_left() <= 0:
                         break  # a suspect waits for an idle worker
                     self._submit(slot, [self.queue.popleft()], probation=True)
                     break
@@ -347,11 +361,12 @@ class Driver:
         head = slot.head()
         if event.init_failed or not slot.up:
             # It died before it could run anything (a killed or failing start-up): no
-            # trial is to blame, but a slot whose workers keep dying so is hopeless.
+            # trial is to blame, but a slot whose workers keep dying so is given up.
             slot.failed_starts += 1
             if slot.failed_starts >= self.limits.max_failed_starts:
-                raise DriverFailed(f"a worker failed to start {slot.failed_starts} times: "
-                                   f"{event.why[:1000]}")
+                self._give_up(slot, f"a worker failed to start {slot.failed_starts} times "
+                                    f"({event.why[:1000]})")
+                return
             self._event(f"a worker died while starting; replacing it: {event.why[:200]}")
             self._replace(slot)
             self._requeue(rest)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from sweep.runtime import (
     BatchDone,
     Event,
     Placement,
+    RetimeAbandoned,
     Trial,
     TrialDone,
     WorkerLost,
@@ -167,9 +168,16 @@ class RayRuntime:
             with contextlib.suppress(RayError):
                 ray.kill(actor.handle, no_restart=True)
 
-    def retime(self, worker: str, configs: Sequence[dict[str, Any]],
-               rounds: int) -> list[Timing]:
-        return ray.get(self._actors[worker].handle.retime.remote(list(configs), rounds))
+    def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
+               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
+        ref = self._actors[worker].handle.retime.remote(list(configs), rounds)
+        deadline = time.monotonic() + timeout_s
+        while not ray.wait([ref], timeout=0.25)[0]:
+            if should_stop():
+                raise RetimeAbandoned("stopped while re-timing")
+            if time.monotonic() >= deadline:
+                raise RetimeAbandoned(f"no answer within {timeout_s:g} s")
+        return ray.get(ref)
 
     def monotonic(self) -> float:
         return time.monotonic()

@@ -70,11 +70,18 @@ class RunDir:
         return self.path / META
 
     def holds_run(self) -> bool:
+        """Any file of a run: a directory holding one is never taken for a new run."""
         return any(p.exists() for p in (self.meta, self.journal, self.trials, self.spec))
 
 
 def default_out(spec: Spec) -> Path:
-    return Path("runs") / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """runs/NAME-DATE-TIME, with a suffix when a run started in the same second."""
+    base = Path("runs") / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def create(run: RunDir, spec: Spec, total: int, backend: str) -> None:
@@ -82,21 +89,21 @@ def create(run: RunDir, spec: Spec, total: int, backend: str) -> None:
     so a start cut short leaves no "run" behind."""
     write_bytes_atomically(run.spec, spec.as_yaml().encode())
     meta = {"fingerprint": spec.fingerprint, "declared": spec.declared_fingerprint,
-            "total": total, "backend": backend, "created_at": time.time(),
-            "versions": versions()}
+            "name": spec.name, "total": total, "backend": backend,
+            "created_at": time.time(), "versions": versions()}
     write_bytes_atomically(run.meta, (json.dumps(meta, indent=2) + "\n").encode())
 
 
 def read_meta(run: RunDir) -> dict[str, Any]:
     try:
         meta = json.loads(run.meta.read_bytes())
-        out = {k: meta[k] for k in ("fingerprint", "declared", "total", "backend")}
+        out = {k: meta[k] for k in ("fingerprint", "declared", "name", "total", "backend")}
     except FileNotFoundError:
         raise SpecError(f"{run.path}: not a sweep run directory (no {META})") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SpecError(f"{run.meta}: unreadable ({type(e).__name__}: {e})") from None
     if not isinstance(out["total"], int) or not all(
-            isinstance(out[k], str) for k in ("fingerprint", "declared", "backend")):
+            isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")):
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
     return out
 

@@ -12,7 +12,7 @@ after its WorkerLost, or once the driver kills it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +78,10 @@ class WorkerLost:
 Event = WorkerUp | BatchBegan | TrialDone | BatchDone | WorkerLost
 
 
+class RetimeAbandoned(Exception):
+    """Re-timing did not answer in time, or a stop was asked for meanwhile."""
+
+
 class Runtime(Protocol):
     def start(self, worker: str) -> None:
         """Start a worker; a WorkerUp (or WorkerLost) event follows when it is ready."""
@@ -98,9 +102,10 @@ class Runtime(Protocol):
     def kill(self, worker: str) -> None:
         """Stop the worker now; no event of it is reported afterwards."""
 
-    def retime(self, worker: str, configs: Sequence[dict[str, Any]],
-               rounds: int) -> list[Timing]:
-        """Re-time configs side by side on one up worker (blocking)."""
+    def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
+               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
+        """Re-time configs side by side on one up worker; waits for the answer, raising
+        RetimeAbandoned past timeout_s or once should_stop() says so."""
 
     def monotonic(self) -> float:
         """The clock for timeouts and deadlines: never steps."""

@@ -9,9 +9,10 @@ the end; a signal at any point from start-up to the final write ends in a clean 
 from __future__ import annotations
 
 import errno
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ from actors.worker import WorkerSettings
 from storage import cache
 from storage.journal import (
     Journal,
-    JournalWriteError,
     append_records,
     line_mark,
     read_attempts,
@@ -45,7 +45,7 @@ from sweep.progress import ProgressReporter
 from sweep.ray_runtime import RayRuntime
 from sweep.report import print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
-from sweep.runtime import Placement
+from sweep.runtime import Placement, RetimeAbandoned
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
@@ -59,19 +59,23 @@ STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBI
                   errno.EACCES, errno.EPERM}
 
 
-def storage_error(e: BaseException) -> bool:
-    return isinstance(e, JournalWriteError) or \
-        (isinstance(e, OSError) and not isinstance(e, ConnectionError)
-         and e.errno in STORAGE_ERRNOS)
+def storage_error(e: BaseException, directory: Path) -> bool:
+    """A failed write in the run directory (a full disk, say): one line and exit 1. Any
+    other error is a bug and keeps its traceback."""
+    if not isinstance(e, OSError) or e.errno not in STORAGE_ERRNOS or not e.filename:
+        return False
+    return Path(os.fsdecode(e.filename)).absolute().is_relative_to(directory)
 
 
 def checked_path(path: Path, what: str) -> Path:
-    """Paths end up in JSON, Parquet metadata and messages: they must be text."""
+    """Paths end up in JSON, Parquet metadata and messages: they must be text. Absolute,
+    because Ray's start changes the working directory for a moment (see cluster.py) while
+    another thread may be reading the run directory."""
     try:
         str(path).encode()
     except UnicodeEncodeError:
         raise SpecError(f"{what}: {str(path)!a} is not valid UTF-8; use another name") from None
-    return path
+    return path.absolute()
 
 
 @dataclass
@@ -89,15 +93,23 @@ class Session:
               command: str) -> Session:
         spec = load_spec(checked_path(spec_path, "spec"), backend=backend)
         space = spec.expand()
-        path = checked_path(out or rundir.default_out(spec), "--out")
-        if path.exists() and not path.is_dir():
-            raise SpecError(f"--out: {path} exists and is not a directory")
-        created = _make_dirs(path)
+        path = checked_path(out, "--out") if out else rundir.default_out(spec).absolute()
+        try:
+            if path.exists() and not path.is_dir():
+                raise SpecError(f"--out: {path} exists and is not a directory")
+            created = _make_dirs(path)
+        except OSError as e:
+            raise SpecError(f"--out: cannot create {path} ({e.strerror or e})") from None
         lock = _lock(path, command)
         try:
-            if RunDir(path).holds_run():
+            run = RunDir(path)
+            if run.meta.exists():
                 raise SpecError(f"{path}: already holds a run; continue it with: "
                                 f"{resume_command(path)}")
+            if run.holds_run():
+                raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
+                                "cut short, or files of something else); choose another "
+                                "--out, or remove them")
         except BaseException:
             _give_back(lock, created)
             raise
@@ -105,14 +117,17 @@ class Session:
 
     @classmethod
     def reopen(cls, path: Path, err: Console, command: str) -> Session:
-        checked_path(path, "resume")
-        if not path.is_dir():
-            raise SpecError(f"{path}: no such run directory")
-        run = RunDir(path)
-        if not run.meta.exists():
-            raise SpecError(f"{path}: not a sweep run directory (no {rundir.META})")
+        path = checked_path(path, "resume")
+        try:
+            if not path.is_dir():
+                raise SpecError(f"{path}: no such run directory")
+        except OSError as e:
+            raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
         lock = _lock(path, command)
         try:
+            run = RunDir(path)
+            if not run.meta.exists():
+                raise SpecError(f"{path}: not a sweep run directory (no {rundir.META})")
             return cls._reopen_locked(run, lock, err)
         except BaseException:
             lock.release(remove=True)
@@ -128,7 +143,8 @@ class Session:
         if declared != meta["declared"]:
             raise SpecError(f"{run.spec}: changed since this run started; start a new run "
                             "with sweep run")
-        spec = load_spec(run.spec)
+        # The name may come from the spec file's name, which is spec.yaml here.
+        spec = replace(load_spec(run.spec), name=meta["name"])
         if spec.fingerprint != meta["fingerprint"]:
             raise SpecError(f"{path}: the spec, kernel source or problem changed since this run "
                             f"started (fingerprint {meta['fingerprint']}, now "
@@ -150,11 +166,13 @@ class Session:
         try:
             return self._execute(address, max_trials, cache_partial, stop, out, err)
         except OSError as e:
-            if not storage_error(e):
+            if not storage_error(e, self.path):
                 raise
+            then = (f"every trial acknowledged is in its journal. Make room, then: "
+                    f"{resume_command(self.path)}") if RunDir(self.path).meta.exists() \
+                else "nothing was kept. Make room and run it again"
             say(err, f"error: {self.path}: {e.strerror or e} while writing the run "
-                     "directory; every trial acknowledged is in its journal. Make room, "
-                     f"then: {resume_command(self.path)}")
+                     f"directory; {then}")
             return EXIT_FAILED
         finally:
             _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
@@ -235,15 +253,18 @@ class Session:
         say(err, f"recovered {loaded.recovered.num_rows} trials that only trials.parquet "
                  "held into the journal")
 
-    def _cache_best(self, tally: Tally, backend: str, partial: bool) -> None:
+    def _cache_best(self, tally: Tally, backend: str, partial: bool, err: Console) -> None:
         best = tally.best
         assert best is not None
         spec = self.spec
-        cache.store(cache.CacheEntry(
-            kernel=spec.kernel, kernel_source=spec.kernel_source, problem=dict(spec.problem),
-            backend=backend, device=best.device, config=best.config,
-            latency_ms=best.latency_ms, fingerprint=spec.fingerprint,
-            run_dir=str(self.path.resolve()), partial=partial, written_at=time.time()))
+        try:
+            cache.store(cache.CacheEntry(
+                kernel=spec.kernel, kernel_source=spec.kernel_source,
+                problem=dict(spec.problem), backend=backend, device=best.device,
+                config=best.config, latency_ms=best.latency_ms, fingerprint=spec.fingerprint,
+                run_dir=str(self.path.resolve()), partial=partial, written_at=time.time()))
+        except OSError as e:  # the run itself is done and written; only the cache missed it
+            say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
     def _drive(self, run: RunDir, backend: str, loaded: Loaded | None,
                max_trials: int | None, cache_partial: bool, stop: StopController,
@@ -308,7 +329,7 @@ class Session:
                 rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
                                 finalists, first)
             except OSError as e:
-                if not storage_error(e):
+                if not storage_error(e, self.path):
                     raise
                 # Already failing for the same reason: the artefacts on disk stay the last
                 # complete ones, and resume rebuilds them from the journal.
@@ -316,7 +337,7 @@ class Session:
         if state == "failed":
             return EXIT_FAILED
         if tally.best and (state == "complete" or cache_partial):
-            self._cache_best(tally, backend, partial=state != "complete")
+            self._cache_best(tally, backend, partial=state != "complete", err=err)
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
@@ -331,7 +352,7 @@ class Session:
         try:
             timings = driver.retime([b.config for b in leaders],
                                     self.spec.run.finalist_rounds)
-        except (RayError, DriverFailed) as e:  # the sweep's own best stands; nothing is lost
+        except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
             progress.on_event(f"re-timing failed, keeping the sweep's best: {str(e)[:200]}")
             return []
         finalists: list[dict[str, Any]] = [
@@ -355,23 +376,26 @@ def _table_current(run: RunDir, spec: Spec, space: Space) -> bool:
 
 
 def _make_dirs(path: Path) -> list[Path]:
-    """mkdir -p, returning the directories it made (to remove if the run never starts)."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
+    """mkdir -p, returning the directories it made, innermost first (to remove again if
+    the run never starts). One made meanwhile by another process is not ours."""
+    made: list[Path] = []
     try:
-        for p in reversed(missing):
-            p.mkdir()
-    except FileExistsError:
-        pass  # made meanwhile by another process: the lock decides who owns it
-    except OSError as e:
-        _remove_dirs(missing)
-        raise SpecError(f"--out: cannot create {path} ({e.strerror or e})") from None
-    return missing
+        for p in reversed([path, *path.parents]):
+            try:
+                p.mkdir()
+                made.insert(0, p)
+            except FileExistsError:
+                continue
+    except OSError:
+        _remove_dirs(made)
+        raise
+    return made
 
 
 def _lock(path: Path, command: str) -> RunDirLock:
     try:
         return RunDirLock.acquire(path, command)
-    except OSError as e:
+    except OSError as e:  # read-only, or a filesystem without locks
         raise SpecError(f"{path}: cannot write to the run directory ({e.strerror or e})"
                         ) from None
 

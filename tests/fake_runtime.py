@@ -80,6 +80,9 @@ class FakeRuntime:
     trial: Callable[[int, dict[str, Any], int, str], TrialScript] = lambda *_: Ok()
     start_script: Callable[[str], Start] = lambda _: Start()
     freezes: Callable[[str, int], bool] = lambda *_: False  # (worker, batch): never begins it
+    # (worker, batch): its stream never ends after the last record (a frozen worker)
+    hangs_after: Callable[[str, int], bool] = lambda *_: False
+    give_up_at: float = 1e6  # a driver still polling then never would have finished
     device: str = "fake-gpu"
     epoch: float = 1_700_000_000.0
     now: float = 0.0
@@ -136,10 +139,14 @@ class FakeRuntime:
             done.append(TrialDone(worker, batch, self._record(worker, index, config,
                                                               attempt, script, t)))
             self._at(t, done[-1])
+        if self.hangs_after(worker, batch):
+            w.doomed = True
+            return
         self._at(t, BatchDone(worker, batch))
         w.free_at = t
 
     def poll(self, timeout_s: float) -> list[Event]:
+        assert self.now < self.give_up_at, "the driver never finished"
         if self._events and self._events[0][0] <= self.now + timeout_s:
             self.now = max(self.now, self._events[0][0])
             return self._due()
@@ -159,8 +166,8 @@ class FakeRuntime:
         self._events = [e for e in self._events if e[2].worker != worker]
         heapq.heapify(self._events)
 
-    def retime(self, worker: str, configs: Sequence[dict[str, Any]],
-               rounds: int) -> list[Timing]:
+    def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
+               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
         self.retimed.append((worker, list(configs), rounds))
         return [Timing(0.5, 0.4, 0.6) for _ in configs]
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from conftest import ROOT, simulate_spec, sweep_proc
 
+from storage.lock import LOCK_NAME
+
 
 def start(*args: object) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "sweep.cli", *map(str, args)], cwd=ROOT,
@@ -85,7 +87,7 @@ def test_a_sigterm_while_the_local_ray_starts_is_a_clean_stop(tmp_path):
     out = tmp_path / "run"
     proc = start("run", spec, "--out", out)
     deadline = time.monotonic() + 60
-    while not (out / ".lock").exists():  # the run directory is claimed: Ray starts next
+    while not (out / LOCK_NAME).exists():  # the run directory is claimed: Ray starts next
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)

@@ -159,6 +159,48 @@ def test_a_worker_that_cannot_be_placed_is_given_up_and_the_others_finish():
     assert any("did not start within 15 s" in line for line in events.lines)
 
 
+def test_a_worker_silent_after_its_last_record_keeps_no_run_waiting():
+    # No worker's stream ends after its last record; every record still arrives.
+    rt = FakeRuntime(hangs_after=lambda w, b: True)
+    driver, log, _ = make(12, rt, limits=replace(LIMITS, batch_size=12, depth=1), workers=1)
+    assert driver.run() == "complete"
+    assert sorted(log.by_index()) == list(range(12))
+    driver.close()
+    assert rt.killed == ["w1"]
+
+
+def test_a_slot_whose_workers_keep_failing_to_start_is_given_up_and_the_others_finish():
+    rt = FakeRuntime(start_script=lambda w: Start() if w == "w1" else Start(init_fails=True))
+    driver, log, events = make(8, rt)
+    assert driver.run() == "complete"
+    assert sorted(log.by_index()) == list(range(8)) and {r.worker for r in log.records} == {"w1"}
+    assert any("failed to start 3 times" in line for line in events.lines)
+
+
+def test_suspects_count_against_max_trials_too():
+    rt = FakeRuntime()
+    driver, log, _ = make(6, rt, limits=replace(LIMITS, max_trials=1), spent={0: 1, 1: 1},
+                          deaths={0: 1, 1: 1})
+    assert driver.run() == "budget"
+    assert [r.index for r in log.records] == [0]
+
+
+def test_a_timeout_while_draining_starts_no_new_worker():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Hangs() if i == 1 else Ok(seconds=1))
+    stop = {"now": False}
+
+    class StopAtFirst(Events):
+        def on_records(self, records, tally) -> None:
+            stop["now"] = True
+
+    driver, log, _ = make(6, rt, limits=replace(LIMITS, batch_size=1, trial_timeout_s=2,
+                                                drain_s=10), should_stop=lambda: stop["now"])
+    driver.observers.append(StopAtFirst())
+    assert driver.run() == "stopped"
+    assert rt.started == ["w1", "w2"]  # the hung trial's worker was not replaced
+    assert {r.index: r.status for r in log.records}[1] == "timeout"
+
+
 def test_no_worker_starting_ends_the_run_failed():
     rt = FakeRuntime(start_script=lambda w: Start(never=True))
     driver, log, _ = make(4, rt, limits=replace(LIMITS, start_timeout_s=15))

@@ -245,6 +245,8 @@ LIES: dict[str, tuple[bytes, str]] = {
     "index as a float": (with_(index=5.0), "index: expected a 64-bit integer, got a number"),
     "index too big for int64": (with_(index=2**64), "index: expected a 64-bit integer"),
     "attempt as a bool": (with_(attempt=True), "attempt: expected a 64-bit integer, got a bool"),
+    "an error too long": (with_(status="runtime_error", latency_ms=None, error="e" * 2049),
+                          "error is longer than 2048 characters"),
     "attempt 0": (with_(attempt=0), "attempt 0 is below 1"),
     "attempt beyond the table's int32": (with_(attempt=2**40), "attempt .* outside the table"),
     "another run's line": (with_(run=OTHER_RUN), f"written by another run .*{OTHER_RUN}"),

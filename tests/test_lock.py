@@ -53,8 +53,20 @@ def test_a_holder_killed_with_sigkill_leaves_no_stale_lock(tmp_path):
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=30)
     lock = RunDirLock.acquire(tmp_path, "after the kill")
+    assert not lock.created  # the file stays; the lock on it went with its process
     lock.release(remove=True)
-    assert not (tmp_path / LOCK_NAME).exists()
+    assert (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_users_file_or_link_of_the_lock_files_name_is_neither_followed_nor_removed(
+        tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("user data")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_NAME).symlink_to(target)
+    with pytest.raises(OSError):
+        RunDirLock.acquire(tmp_path / "run", "sweep run")
+    assert target.read_text() == "user data" and (tmp_path / "run" / LOCK_NAME).is_symlink()
 
 
 def test_processes_racing_for_one_directory_never_hold_it_together(tmp_path):
@@ -90,3 +102,15 @@ def test_processes_racing_for_one_directory_never_hold_it_together(tmp_path):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert out == "done 150\n"
+
+
+def test_giving_a_lock_back_never_raises_even_on_a_filesystem_gone_read_only(tmp_path):
+    from conftest import read_only_view
+
+    (tmp_path / "run").mkdir()
+    lock = RunDirLock.acquire(tmp_path / "run", "sweep run")
+    with read_only_view(tmp_path / "run", tmp_path / "ro") as view:
+        lock.directory = view  # as if the filesystem went read-only under the run
+        lock.release(remove=True)  # the unlink fails (EROFS): given back all the same
+    assert lock.fd == -1
+    RunDirLock.acquire(tmp_path / "run", "the next sweep").release()

@@ -54,7 +54,7 @@ def assert_each_index_once(out: Path, total: int) -> None:
 # --- one process at a time ---------------------------------------------------------------
 def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(ray_address,
                                                                           tmp_path, capsys):
-    first_spec = simulate_spec(tmp_path / "a.yaml", space={"A": list(range(20))},
+    first_spec = simulate_spec(tmp_path / "a.yaml", space={"A": list(range(12))},
                                simulate={"workers": 1, "trial_ms": 100}, run={"finalists": 0})
     other_spec = simulate_spec(tmp_path / "b.yaml", space={"B": list(range(7))})
     out = tmp_path / "run"
@@ -75,7 +75,7 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(ray_ad
     first.communicate(timeout=120)
     assert first.returncode == 0
     assert (out / "spec.yaml").read_text() == first_spec.read_text()
-    assert_each_index_once(out, 20)
+    assert_each_index_once(out, 12)
 
 
 def test_two_runs_started_together_into_one_directory_leave_one_consistent_run(ray_address,
@@ -284,3 +284,81 @@ def test_report_of_a_damaged_table_is_one_line(ray_local, tmp_path, capsys):
     assert sweep_cli("report", tmp_path / "run") == 2
     assert "trials.parquet: unreadable" in one_error_line(capsys.readouterr().err)
 
+
+
+def test_a_session_works_on_absolute_paths_whatever_was_typed(stopped_run, tmp_path,
+                                                                monkeypatch):
+    # Ray's start changes the working directory for a moment (sweep/cluster.py), while
+    # another thread may be reading the run directory: a relative path would read another.
+    from rich.console import Console
+
+    from sweep.session import Session
+
+    shutil.copytree(stopped_run, tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    session = Session.reopen(Path("run"), Console(stderr=True), "sweep resume run")
+    try:
+        assert session.path == tmp_path / "run" and session.path.is_absolute()
+    finally:
+        session.lock.release(remove=True)
+    spec = stopped_run.parent / "spec.yaml"
+    session = Session.start(spec, Path("new"), None, "sweep run")
+    try:
+        assert session.path == tmp_path / "new"
+    finally:
+        session.lock.release(remove=True)
+
+
+def test_a_directory_with_a_runs_files_but_no_run_json_is_neither_run_into_nor_resumed(
+        tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text("# someone's own spec\n")
+    assert sweep_cli("run", spec, "--out", out) == 2
+    assert "holds a run's files but no run.json" in one_error_line(capsys.readouterr().err)
+    assert sweep_cli("resume", out) == 2
+    assert "not a sweep run directory (no run.json)" in one_error_line(capsys.readouterr().err)
+    assert files(out) == {"spec.yaml": b"# someone's own spec\n"}
+
+
+def test_only_failed_writes_in_the_run_directory_count_as_its_storage_errors(tmp_path):
+    from storage.journal import JournalWriteError
+    from sweep.session import storage_error
+
+    inside = tmp_path / "run"
+    assert storage_error(JournalWriteError(errno.ENOSPC, "no space", str(inside / "j")), inside)
+    assert storage_error(OSError(errno.EROFS, "read-only", str(inside / "snapshot.json")),
+                         inside)
+    assert not storage_error(OSError(errno.ENOSPC, "no space", "/tmp/ray/session"), inside)
+    assert not storage_error(OSError(errno.ENOSPC, "no space"), inside)  # names no file
+    assert not storage_error(ValueError("no"), inside)
+
+
+def test_an_atomic_write_that_fails_names_its_file(tmp_path):
+    from storage.atomic import write_bytes_atomically
+
+    with tmpfs(tmp_path / "disk", "64k") as disk, pytest.raises(OSError) as failed:
+        write_bytes_atomically(disk / "snapshot.json", b"x" * 256 * 1024)
+    assert failed.value.errno == errno.ENOSPC
+    assert failed.value.filename == str(tmp_path / "disk" / "snapshot.json")
+
+
+def test_a_default_run_directory_started_in_the_same_second_gets_its_own_name(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(simulate_spec(tmp_path / "spec.yaml", space=SPACE))
+    first = rundir.default_out(spec)
+    first.mkdir(parents=True)
+    second = rundir.default_out(spec)
+    assert second != first and second.parent == first.parent
+
+
+def test_a_run_named_after_its_spec_file_keeps_that_name_when_resumed(ray_local, tmp_path,
+                                                                      capsys):
+    spec = tmp_path / "tuning.yaml"
+    spec.write_text("kernel: matmul\nspace: {A: [1, 2, 3]}\nrun: {backend: simulate}\n")
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--max-trials", "1") == 0
+    assert capsys.readouterr().out.startswith("sweep tuning: interrupted")
+    assert sweep_cli("resume", tmp_path / "run") == 0
+    assert capsys.readouterr().out.startswith("sweep tuning: complete")
