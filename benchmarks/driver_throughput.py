@@ -4,9 +4,13 @@ simulate backend against an already running local Ray instance (so Ray's start-u
 trial_ms 0: pure driver cost per trial (queue, Ray streaming, journal group commit).
 trial_ms 20: simulated GPUs; ideal throughput is workers * 50 trials/s, and the ratio
 of measured to ideal is the parallel efficiency the driver allows at that worker count.
-The time is from the first dispatch to the table written (snapshot.json records both).
+The time is from the first dispatch to the table written (snapshot.json records both);
+the whole command's time (joining the running cluster included) is recorded beside it.
+Since 2026-12-01 a worker gets work as soon as it is up rather than once all are, so the
+first dispatch comes earlier and the span includes the other workers' start-up.
 
-Usage: python benchmarks/driver_throughput.py [--out benchmarks/results]
+Usage: python benchmarks/driver_throughput.py [--out benchmarks/results] [--name NAME]
+(--name: the result's name, e.g. for a baseline run from another checkout)
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -38,9 +43,11 @@ def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") ->
         "run": {"backend": "simulate", "finalists": 0},
         "simulate": {"workers": workers, "trial_ms": trial_ms}}))
     out = tmp / name
+    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "sweep.cli", "run", spec, "--out", out,
                            "--address", ADDRESS], cwd=ROOT, env=ENV, capture_output=True,
                           text=True)
+    command_s = time.monotonic() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
@@ -48,12 +55,14 @@ def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") ->
     rate = trials / seconds
     ideal = workers * 1000 / trial_ms if trial_ms else None
     return {"workers": workers, "trial_ms": trial_ms, "trials": trials, "seconds": seconds,
+            "command_s": command_s,
             "trials_per_s": rate, "efficiency": rate / ideal if ideal else None}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--name", default="driver_throughput")
     args = ap.parse_args()
     ray_cli = str(Path(sys.executable).parent / "ray")
     subprocess.run([ray_cli, "start", "--head", "--node-ip-address", "127.0.0.1", "--port",
@@ -72,7 +81,16 @@ def main() -> None:
                 print(json.dumps(runs[-1]), flush=True)
     finally:
         subprocess.run([ray_cli, "stop", "--force"], env=ENV, capture_output=True)
-    print(f"written {record.write({**record.header('driver_throughput'), 'runs': runs}, args.out)}")
+    result = {**record.header(args.name), "commit": commit(), "runs": runs}
+    print(f"written {record.write(result, args.out)}")
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           text=True, capture_output=True).stdout.strip()
+    return done.stdout.strip() + ("+changes" if dirty else "")
 
 
 if __name__ == "__main__":

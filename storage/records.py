@@ -103,7 +103,8 @@ class TrialRecord:
                    **asdict(outcome))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow, unlike asdict's deep copy: this runs once per trial on the driver.
+        return {name: getattr(self, name) for name in TABLE_COLUMNS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialRecord:

@@ -88,6 +88,10 @@ class _Batch:
     started: bool = False
     done: int = 0
 
+    @property
+    def pending(self) -> bool:
+        return self.done < len(self.trials)
+
     def unfinished(self) -> list[Trial]:
         return self.trials[self.done:]
 
@@ -115,7 +119,7 @@ class _Slot:
 
     def head(self) -> _Batch | None:
         """The batch whose trial is due now."""
-        return next((b for b in self.batches if b.unfinished()), None)
+        return next((b for b in self.batches if b.pending), None)
 
 
 class DriverFailed(Exception):
@@ -235,11 +239,11 @@ class Driver:
         if stopping_at is not None:
             # Batches a worker has not begun are abandoned, not awaited: their trials were
             # never acknowledged and run again on resume.
-            running = any(b.started and b.unfinished() for s in self.slots for b in s.batches)
+            running = any(b.started and b.pending for s in self.slots for b in s.batches)
             return not running or self.runtime.monotonic() >= stopping_at
         # A batch whose every record arrived counts as done even if its stream never ended
         # (a worker frozen right after its last record): close() stops that worker.
-        if any(s.unfinished() for s in self.slots):
+        if any(b.pending for s in self.slots for b in s.batches):
             return False
         return not self.queue or self._budget_left() <= 0
 

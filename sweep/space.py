@@ -10,6 +10,7 @@ chunk plus the survivors, never for every point.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -80,23 +81,35 @@ class Space:
     def config_json_column(self, indices: np.ndarray) -> pa.Array:
         """config_json(i) for each index, as one arrow string array, without a Python call
         per config: the parameters (in canonical_json's sorted order) are grouped so that
-        each group has few value combinations, each combination's JSON text is built once,
-        and the rows are assembled by arrow from one take per group."""
+        each group has few value combinations, the JSON text of each combination needed
+        is built once (all of a group's, cached, when the rows outnumber them), and the
+        rows are assembled by arrow from one take per group."""
         indices = np.asarray(indices, dtype=np.int64)
+        groups = self._json_groups
         parts = []
-        for group, texts in self._json_groups():
+        for i, group in enumerate(groups):
             code = np.zeros(len(indices), dtype=np.int64)
             for name in group:
                 code = code * len(self.tables[name]) + self.codes[name][indices]
-            parts.append(texts.take(pa.array(code)))
+            edges = ("{" if i == 0 else "", "}" if i == len(groups) - 1 else "")
+            combinations = math.prod(len(self.tables[name]) for name in group)
+            if len(indices) < combinations:  # a few rows: encode just theirs
+                needed, rows = np.unique(code, return_inverse=True)
+                texts = pa.array([self._group_text(group, c, edges) for c in needed.tolist()],
+                                 type=pa.string())
+                parts.append(texts.take(pa.array(rows.reshape(-1))))
+            else:
+                parts.append(self._all_texts(i, edges).take(pa.array(code)))
+        if not parts:
+            return pa.array(["{}"] * len(indices), type=pa.string())
         if len(parts) == 1:
             return parts[0]
         return pc.binary_join_element_wise(*parts, ",")
 
-    def _json_groups(self) -> list[tuple[list[str], pa.Array]]:
+    @functools.cached_property
+    def _json_groups(self) -> list[list[str]]:
         """Runs of sorted parameter names with at most JSON_GROUP_TEXTS value combinations
-        (or a single parameter), each with the JSON text of every combination in product
-        order: '{"a":1,"b":true' ... '"s":"x"}'."""
+        (or a single parameter)."""
         groups: list[list[str]] = []
         combinations = 0
         for name in sorted(self.names):
@@ -107,15 +120,30 @@ class Space:
             else:
                 groups.append([name])
                 combinations = size
-        out = []
-        for i, group in enumerate(groups):
-            encoded = [[json.dumps(name, ensure_ascii=False) + ":"
-                        + json.dumps(self.kinds[name](v), ensure_ascii=False)
-                        for v in self.tables[name]] for name in group]
-            first, last = "{" if i == 0 else "", "}" if i == len(groups) - 1 else ""
-            texts = [first + ",".join(combo) + last for combo in itertools.product(*encoded)]
-            out.append((group, pa.array(texts, type=pa.string())))
-        return out or [([], pa.array(["{}"], type=pa.string()))]
+        return groups
+
+    def _encoded(self, name: str, code: int) -> str:
+        value = self.kinds[name](self.tables[name][code])
+        return json.dumps(name, ensure_ascii=False) + ":" + json.dumps(value, ensure_ascii=False)
+
+    def _group_text(self, group: list[str], code: int, edges: tuple[str, str]) -> str:
+        """The JSON text of one combination (a mixed-radix code, last name fastest)."""
+        parts = []
+        for name in reversed(group):
+            code, digit = divmod(code, len(self.tables[name]))
+            parts.append(self._encoded(name, digit))
+        return edges[0] + ",".join(reversed(parts)) + edges[1]
+
+    def _all_texts(self, i: int, edges: tuple[str, str]) -> pa.Array:
+        """Every combination's text of group i, in code order, built once per space."""
+        cache = self.__dict__.setdefault("_texts", {})
+        if i not in cache:
+            group = self._json_groups[i]
+            encoded = [[self._encoded(name, c) for c in range(len(self.tables[name]))]
+                       for name in group]
+            cache[i] = pa.array([edges[0] + ",".join(combo) + edges[1]
+                                 for combo in itertools.product(*encoded)], type=pa.string())
+        return cache[i]
 
 def _strides(sizes: Sequence[int]) -> list[int]:
     """Mixed-radix place values with the last parameter fastest: itertools.product's

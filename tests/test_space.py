@@ -146,15 +146,19 @@ def test_config_json_column_equals_canonical_json_of_each_config() -> None:
     assert column.type == pa.string()
     assert column.to_pylist() == [canonical_json(expanded.config(i)) for i in indices]
     assert expanded.config_json_column(np.array([], dtype=np.int64)).to_pylist() == []
+    few = indices[::7][:5]  # fewer rows than a group's combinations: only theirs encoded
+    assert expanded.config_json_column(few).to_pylist() == \
+        [canonical_json(expanded.config(i)) for i in few]
 
 
 def test_config_json_column_groups_parameters_with_many_values_correctly() -> None:
     # More combinations than one group of JSON texts holds: several groups, joined by arrow.
     space = {"z": list(range(300)), "a": [f"v{i}" for i in range(70)], "m": [0.5, 1.5]}
     expanded = expand(space, [])
-    indices = np.arange(0, len(expanded), 37)
-    assert expanded.config_json_column(indices).to_pylist() == \
-        [expanded.config_json(i) for i in indices]
+    for step in (37, 4001):  # many rows (every text of a group), and a few (only theirs)
+        indices = np.arange(0, len(expanded), step)
+        assert expanded.config_json_column(indices).to_pylist() == \
+            [expanded.config_json(i) for i in indices]
 
 
 def test_config_json_column_of_a_million_configs_is_fast() -> None:
