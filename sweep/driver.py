@@ -375,23 +375,23 @@ class Driver:
             self._replace(slot)
             self._requeue(rest)
             return
+        if rest and head is not None:
+            index, config, attempt = rest[0]
+            confirmed = head.probation
+            self.deaths[index] = self.deaths.get(index, 0) + 1
+            self._attempts.append(SpentAttempt(index, attempt, "died"))
+            self._event(f"worker died running trial {index} (attempt {attempt}"
+                        f"{', alone' if confirmed else ''})")
+            if confirmed and self.deaths[index] > self.limits.max_retries:
+                self.probation.discard(index)
+                # Recorded before the slot gets its next worker: the row names this one.
+                self._record_failure(slot, index, config, attempt, TrialOutcome(
+                    "crashed", "skipped", error=event.why))
+                rest = rest[1:]
+            else:
+                self.probation.add(index)
+                rest[0] = (index, config, attempt + 1)
         self._replace(slot)
-        if not rest or head is None:
-            return
-        index, config, attempt = rest[0]
-        confirmed = head.probation
-        self.deaths[index] = self.deaths.get(index, 0) + 1
-        self._attempts.append(SpentAttempt(index, attempt, "died"))
-        self._event(f"worker died running trial {index} (attempt {attempt}"
-                    f"{', alone' if confirmed else ''})")
-        if confirmed and self.deaths[index] > self.limits.max_retries:
-            self.probation.discard(index)
-            self._record_failure(slot, index, config, attempt, TrialOutcome(
-                "crashed", "skipped", error=event.why))
-            rest = rest[1:]
-        else:
-            self.probation.add(index)
-            rest[0] = (index, config, attempt + 1)
         self._requeue(rest)
 
     def _check_timeouts(self) -> None:

@@ -68,14 +68,18 @@ def storage_error(e: BaseException, directory: Path) -> bool:
 
 
 def checked_path(path: Path, what: str) -> Path:
-    """Paths end up in JSON, Parquet metadata and messages: they must be text. Absolute,
-    because Ray's start changes the working directory for a moment (see cluster.py) while
-    another thread may be reading the run directory."""
+    """Paths end up in JSON, Parquet metadata and messages: they must be text."""
     try:
         str(path).encode()
     except UnicodeEncodeError:
         raise SpecError(f"{what}: {str(path)!a} is not valid UTF-8; use another name") from None
-    return path.absolute()
+    return path
+
+
+def run_path(path: Path, what: str) -> Path:
+    """A run directory's path, absolute: Ray's start changes the working directory for a
+    moment (see cluster.py) while another thread may be reading the run directory."""
+    return checked_path(path, what).absolute()
 
 
 @dataclass
@@ -93,7 +97,7 @@ class Session:
               command: str) -> Session:
         spec = load_spec(checked_path(spec_path, "spec"), backend=backend)
         space = spec.expand()
-        path = checked_path(out, "--out") if out else rundir.default_out(spec).absolute()
+        path = run_path(out or rundir.default_out(spec), "--out")
         try:
             if path.exists() and not path.is_dir():
                 raise SpecError(f"--out: {path} exists and is not a directory")
@@ -117,7 +121,7 @@ class Session:
 
     @classmethod
     def reopen(cls, path: Path, err: Console, command: str) -> Session:
-        path = checked_path(path, "resume")
+        path = run_path(path, "resume")
         try:
             if not path.is_dir():
                 raise SpecError(f"{path}: no such run directory")

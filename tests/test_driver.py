@@ -78,6 +78,7 @@ def test_a_trial_that_kills_its_worker_runs_alone_then_is_crashed():
     # The second death was on probation: trial 5 alone in its batch on a fresh worker.
     alone = [s for s in rt.submitted if 5 in s[2]]
     assert len(alone) == 2 and alone[1][2] == [5]
+    assert rows[5].worker == alone[1][0]  # the worker it killed, not its replacement
     assert log.attempts == [SpentAttempt(5, 1, "died"), SpentAttempt(5, 2, "died")]
 
 
