@@ -137,6 +137,7 @@ class Loaded:
     records: pa.Table  # every durable record, one per index, sorted by index
     journal_end: int  # where the complete part of the journal ends
     recovered: pa.Table  # rows only the table held (its journal was replaced): re-journal
+    table_is_current: bool = False  # trials.parquet holds exactly these records
 
 
 def load_records(run: RunDir, spec: Spec, space: Space) -> Loaded:
@@ -159,7 +160,8 @@ def load_records(run: RunDir, spec: Spec, space: Space) -> Loaded:
     if table is not None and start > 0 and mark is not None and \
             line_mark(run.journal, start) == mark:
         records, end = read_journal(run.journal, check, start, table)
-        return Loaded(records, end, records.slice(0, 0))
+        current = end == start and records.num_rows == table.num_rows
+        return Loaded(records, end, records.slice(0, 0), current)
     records, end = read_journal(run.journal, check)
     recovered = records.slice(0, 0)
     if table is not None and table.num_rows:

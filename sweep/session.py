@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from ray.exceptions import RayError
 from rich.console import Console
 
@@ -26,7 +25,6 @@ from storage import cache
 from storage.journal import (
     Journal,
     append_records,
-    line_mark,
     read_attempts,
 )
 from storage.lock import RunDirLock
@@ -38,7 +36,6 @@ from storage.snapshot import (
     write_best,
     write_snapshot,
 )
-from storage.table import records_from_table
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
 from sweep.driver import Driver, DriverFailed, Limits
 from sweep.progress import ProgressReporter
@@ -192,7 +189,7 @@ class Session:
                 self._rejournal(run, loaded, err)
             if loaded.records.num_rows == len(self.space):
                 say(out, f"{self.path}: already complete ({len(self.space)} trials); "
-                         + self._repair_complete(run))
+                         + self._repair_complete(run, loaded))
                 return EXIT_OK
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
@@ -232,14 +229,14 @@ class Session:
 
                 ray.shutdown()
 
-    def _repair_complete(self, run: RunDir) -> str:
+    def _repair_complete(self, run: RunDir, loaded: Loaded) -> str:
         """A complete run resumed again: nothing is run, and nothing intact is rewritten
         (best.json holds the finalists' re-timing, which the journal does not). What is
         missing or damaged is rebuilt: the table from the journal, best.json from the
         snapshot."""
         snap = read_snapshot(run.snapshot)
         rebuilt = []
-        if not _table_current(run, self.spec, self.space):
+        if not loaded.table_is_current or loaded.recovered.num_rows:
             rundir.write_trials(run, self.spec, self.space, "complete")
             rebuilt.append("trials.parquet")
         if read_best(run.best, self.spec.fingerprint) is None:
@@ -366,17 +363,6 @@ class Session:
         leader, timing = min(zip(leaders, timings), key=lambda p: (p[1].median_ms, p[0].index))
         tally.best = Best(leader.index, leader.config, timing.median_ms, leaders[0].device)
         return finalists
-
-
-def _table_current(run: RunDir, spec: Spec, space: Space) -> bool:
-    """trials.parquet holds every trial of this run, written from the journal as it is."""
-    try:
-        table, meta = records_from_table(run.trials)
-        end = int(meta["journal_bytes"])
-        return meta["fingerprint"] == spec.fingerprint and table.num_rows == len(space) \
-            and meta.get("journal_mark") == line_mark(run.journal, end)
-    except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
-        return False
 
 
 def _make_dirs(path: Path) -> list[Path]:
