@@ -3,6 +3,7 @@ and errors while running; the simulate backend's dying and hanging workers for c
 and timeout."""
 
 import json
+from collections import Counter
 
 import pyarrow.parquet as pq
 from conftest import simulate_spec, sweep_cli, write_spec
@@ -68,11 +69,15 @@ def test_dying_and_hanging_workers_end_as_crashed_and_timeout_rows(ray_local, tm
                                 rates["crash_rate"], rates["hang_rate"]) for r in rows]
     assert [r["status"] for r in rows] == expected
     assert {"crashed", "timeout", "ok", "compile_error"} <= set(expected)
+    # A record sent just before a worker dies can be lost with it, so an innocent trial may
+    # be suspected once: it then runs again alone (attempt 2) and its own outcome stands.
+    deaths = Counter(json.loads(line)["index"] for line in
+                     (tmp_path / "run" / "attempts.jsonl").read_text().splitlines())
     for r in rows:
-        if r["status"] == "crashed":
-            assert r["attempt"] == 2 and "died" in r["error"]  # the first try, one retry
+        if r["status"] == "crashed":  # died on its first try and on its one retry
+            assert r["attempt"] == deaths[r["index"]] == 2 and "died" in r["error"]
         else:
-            assert r["attempt"] == 1
+            assert r["attempt"] == 1 + deaths[r["index"]] and deaths[r["index"]] <= 1
         if r["status"] == "timeout":
             assert "trial_timeout_s=1.5" in r["error"]
 
