@@ -1,15 +1,16 @@
-"""Compile configs ahead of the GPU, in parallel processes, each compile with a hard limit.
+"""Compile configs ahead of the GPU, in parallel processes, each compile with a limit.
 
 Compiling is most of an autotuner's time, so a GPU worker keeps a pool of processes that
 compile the configs it will time next (Triton's `warmup`, which compiles without
 launching) while it times the current one; its own first launch then loads the binary from
 Triton's on-disk cache, shared by every process of the user on the node. A compile past
-its limit is killed with its whole process group and the process replaced.
+its limit is killed with its whole process group and the process replaced. The processes
+are forked from a server that imported torch, Triton and the kernel once.
 
 Besides the configs its worker will time (`submit`), the pool takes hints of configs the
 sweep will hand out soon to some worker (`hint`): idle processes compile those into the
-shared cache. Without them a few slow compiles at the end of a sweep, handed out one at a
-time as the queue drains, run one after another while the rest of the pool idles.
+shared cache, so a few slow compiles at the end of a sweep do not run one after another.
+Submitted configs always go first: a speculative compile never delays one a GPU needs.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any
+from typing import IO, Any, Protocol
 
 from actors import child
 
@@ -37,6 +38,67 @@ class Compiled:
     timed_out: bool = False
 
 
+@dataclass(frozen=True)
+class CompileLimit:
+    """How long one compile may take: a fixed limit (run.compile_timeout_s, or the trial
+    timeout), or one the driver derived from this run's own compile times."""
+
+    seconds: float
+    p90_s: float | None = None  # the run's p90 it was derived from
+
+    def why(self, elapsed_s: float) -> str:
+        if self.p90_s is None:
+            return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
+        return (f"compile {elapsed_s:.0f} s, {elapsed_s / self.p90_s:.0f}x this run's p90 of "
+                f"{self.p90_s:.2g} s: stopped at the run's adaptive limit of "
+                f"{self.seconds:.0f} s (set run.compile_timeout_s to change it)")
+
+
+def compile_weight(config: Mapping[str, Any]) -> float:
+    """How slow a config is likely to compile: the product of its integer parameters
+    (tile sizes, warps, stages). Only the order matters."""
+    weight = 1.0
+    for value in config.values():
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            weight *= value
+    return weight
+
+
+class Compiler(Protocol):
+    """What a worker needs of its compile pool (a real one, or the replay backend's)."""
+
+    def submit(self, key: int, config: Mapping[str, Any]) -> None: ...
+
+    def hint(self, key: int, config: Mapping[str, Any]) -> None: ...
+
+    def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
+        """The first of keys, in their order, whose compile has ended; handed out once."""
+
+    def wait(self, timeout_s: float) -> None:
+        """Until a compile may have ended, or timeout_s."""
+
+    def set_limit(self, limit: CompileLimit) -> None: ...
+
+    def started(self) -> bool:
+        """Whether any of its processes is up (until then its worker compiles itself)."""
+
+    def withdraw(self, key: int) -> bool:
+        """Take back a submitted config that no process has begun; False if one has."""
+
+    def close(self) -> None: ...
+
+
+def prepare(spec_json: str) -> None:
+    """In the fork server: the imports every compile process needs, done once."""
+    spec = json.loads(spec_json)
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    from sweep_kernels import load_kernel
+
+    load_kernel(spec["kernel"], spec["kernel_path"])
+
+
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     """A compile process: build launch arguments of the real types and values once (Triton
     specialises on dtypes, alignment and some integer values), then compile on request."""
@@ -44,10 +106,13 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
     os.nice(10)
     spec = json.loads(spec_json)
+    if "device" in spec:  # before anything touches CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec["device"]
     from sweep_kernels import load_kernel
 
     kernel = load_kernel(spec["kernel"], spec["kernel_path"])
-    problem = spec["problem"]
+    # A spec's problem as written, before its kernel's defaults were merged, is enough.
+    problem = {**kernel.problem_defaults, **spec["problem"]}
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     inputs = kernel.make_inputs(problem, device, spec["seed"])
     args, _ = kernel.launch_args(inputs, problem)
@@ -81,27 +146,50 @@ class _Proc:
 
 class CompilePool:
     def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
-                 timeout_s: float, kernel_path: str = "") -> None:
-        self._spec = json.dumps({"kernel": kernel_name, "kernel_path": kernel_path,
-                                 "problem": dict(problem), "seed": seed})
-        self.timeout_s = timeout_s
+                 limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
+                 stderr: IO[bytes] | None = None) -> None:
+        """devices: GPU ids to spread the processes over (each sets up CUDA for its
+        launch arguments); default: the one this process sees. stderr: where the
+        processes write theirs."""
+        self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
+                      "problem": dict(problem), "seed": seed}
+        self._devices = list(devices)
+        self.limit = limit
         self._failed_starts = 0
-        self._procs = [self._start() for _ in range(max(1, size))]
+        self._server = child.ForkServer("actors.compile_pool:prepare", json.dumps(self._spec),
+                                        stderr)
+        self._procs = [self._start(i) for i in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
         self._hints: dict[int, Mapping[str, Any]] = {}  # compiled when nothing is queued
         self._done: dict[int, Compiled] = {}
         self._retried: set[int] = set()
-        # The batch being timed waits on results while the next batch submits its configs
-        # from another thread of the worker.
+        # The runner takes results while batches submit their configs from other threads.
         self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
         return len(self._procs)
 
-    def _start(self) -> _Proc:
-        return _Proc(child.start("actors.compile_pool:serve", self._spec),
+    def _start(self, i: int) -> _Proc:
+        spec = {**self._spec, "device": self._devices[i % len(self._devices)]} \
+            if self._devices else self._spec
+        return _Proc(self._server.start("actors.compile_pool:serve", json.dumps(spec)),
                      since=time.monotonic())
+
+    def set_limit(self, limit: CompileLimit) -> None:
+        self.limit = limit
+
+    def started(self) -> bool:
+        with self._lock:
+            self._pump()
+            return any(p.ready for p in self._procs)
+
+    def withdraw(self, key: int) -> bool:
+        with self._lock:
+            queued = [task for task in self._queue if task[0] == key]
+            for task in queued:
+                self._queue.remove(task)
+            return bool(queued)
 
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
@@ -121,16 +209,24 @@ class CompilePool:
         return any(p.task is not None and p.task[0] == key for p in self._procs) or \
             any(k == key for k, _ in self._queue)
 
+    def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
+        with self._lock:
+            self._pump()
+            for key in keys:
+                if key in self._done:
+                    return key, self._done.pop(key)
+        return None
+
     def result(self, key: int) -> Compiled:
         """Block until `key` is compiled, failed, or timed out."""
         while True:
+            got = self.take([key])
+            if got is not None:
+                return got[1]
             with self._lock:
-                self._pump()
-                if key in self._done:
-                    return self._done.pop(key)
                 if not self._in_flight(key):
                     raise KeyError(f"config {key} was never submitted")
-            self._idle()
+            self.wait(0.05)
 
     def wait_ready(self) -> None:
         while True:
@@ -138,16 +234,16 @@ class CompilePool:
                 self._pump()
                 if all(p.ready for p in self._procs):
                     return
-            self._idle()
+            self.wait(0.05)
 
-    def _idle(self) -> None:
+    def wait(self, timeout_s: float) -> None:
         """Wait for a reply without the lock: a thread holding it across the wait would
         keep a submitting thread out (Python's locks are not fair) until its own result
         came, and the next batch would start compiling only then."""
         with self._lock:
             replies = [p.child.replies for p in self._procs]
         with contextlib.suppress(OSError, ValueError):  # a process replaced meanwhile
-            wait(replies, timeout=0.05)
+            wait(replies, timeout=timeout_s)
 
     def _pump(self) -> None:
         """Hand queued configs to idle processes; take every reply that has arrived."""
@@ -178,8 +274,8 @@ class CompilePool:
                     continue
                 self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
                 p.task = None
-            elif p.task is not None and time.monotonic() - p.since > self.timeout_s:
-                self._replace(i, f"compile took longer than {self.timeout_s:g} s", True)
+            elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
+                self._replace(i, self.limit.why(time.monotonic() - p.since), True)
 
     def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
         key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order
@@ -198,10 +294,13 @@ class CompilePool:
                 ms = (time.monotonic() - p.since) * 1e3
                 self._done[key] = Compiled(False, ms, why, timed_out=timed_out)
         child.kill(p.child)
-        self._procs[i] = self._start()
+        self._procs[i] = self._start(i)
 
     def close(self) -> None:
         with self._lock:
+            # Their pids first (a server still importing has forked none), so that each
+            # process is killed with its group: the compilers it runs go too.
+            self._server.settle(1.0)
             for p in self._procs:
                 child.kill(p.child)
-
+            self._server.close()

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from actors import child
@@ -22,15 +26,47 @@ from storage.records import TrialOutcome, clip_error
 
 def serve(read_fd: int, write_fd: int, payload: str) -> None:
     inbox, outbox = child.connect(read_fd, write_fd)
+    _serve(inbox, outbox, _backend(payload))
+
+
+def serve_prestarted(address: str, key_hex: str, payload: str) -> None:
+    """A launcher started before its worker exists (sweep/prestart.py): it sets up its
+    device while Ray starts, then serves the worker that adopts it through a Unix socket,
+    and dies with that worker as a launcher the worker started would."""
+    child.die_with_parent()
+    listener = Listener(address, family="AF_UNIX", authkey=bytes.fromhex(key_hex))
+    backend = _backend(payload)
+    connection = listener.accept()
+    listener.close()
+    _, adopter = connection.recv()
+    threading.Thread(target=_exit_without, args=(adopter,), daemon=True).start()
+    _serve(connection, connection, backend)
+
+
+def _exit_without(pid: int) -> None:
+    """Ends this process once `pid` is gone, even while a kernel hangs the main thread."""
+    while child.alive(pid):
+        time.sleep(0.2)
+    os._exit(0)
+
+
+def _backend(payload: str) -> Any:
     options = json.loads(payload)
     if options["interpret"]:
         # Triton picks interpreter or compiler when a kernel module is imported.
         os.environ["TRITON_INTERPRET"] = "1"
-    from actors.triton_backend import ProcessPoisoned, TritonBackend
+    from actors.triton_backend import TritonBackend
     from sweep_kernels import load_kernel
 
     kernel = load_kernel(options.pop("kernel"), options.pop("kernel_path"))
-    backend = TritonBackend(kernel, **options)
+    # A spec's problem as written, before its kernel's defaults were merged, is enough.
+    options["problem"] = {**kernel.problem_defaults, **options["problem"]}
+    return TritonBackend(kernel, **options)
+
+
+def _serve(inbox: Connection, outbox: Connection, backend: Any) -> None:
+    from actors.triton_backend import ProcessPoisoned
+
     outbox.send(("ready", backend.device_name))
     while True:
         try:
@@ -48,6 +84,11 @@ def serve(read_fd: int, write_fd: int, payload: str) -> None:
         outbox.send(reply)
 
 
+# A launcher makes its socket within a moment of starting, long before a worker exists;
+# one without a socket after this long was adopted already (by a worker since replaced).
+ADOPT_WAIT_S = 5.0
+
+
 class LauncherDied(Exception):
     pass
 
@@ -55,42 +96,70 @@ class LauncherDied(Exception):
 class Launcher:
     """The worker's side: a Backend whose trials run in the launching process."""
 
-    def __init__(self, kernel: str, problem: Mapping[str, Any], *, kernel_path: str,
-                 interpret: bool,
-                 trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
-                 tolerance: tuple[float, float] | None, seed: int) -> None:
-        self._payload = json.dumps({
-            "kernel": kernel, "kernel_path": kernel_path, "problem": dict(problem),
-            "interpret": interpret,
-            "trial_timing": trial_timing, "finalist_timing": finalist_timing,
-            "tolerance": tolerance, "seed": seed})
-        self._child = child.start("actors.launcher:serve", self._payload)
+    def __init__(self, payload: str, adopt: tuple[str, str, int] | None = None) -> None:
+        """payload: the launching process's options (actors/worker.py, launcher_payload);
+        adopt: (socket, key, pid) of a launcher started for this GPU before Ray was up
+        (sweep/prestart.py), used instead of starting one where it answers."""
+        self._payload = payload
+        # Not waited for here: the worker's constructor returns at once, so that its
+        # compile pool gets configs while this process still imports torch and sets up
+        # the device. The first trial (or device_name) waits for it.
+        self._adopt = adopt
+        self._child = None if adopt else child.start("actors.launcher:serve", self._payload)
         self._ready = False
-        self.device_name = self.wait_ready()
+        self._device_name = ""
+        self._starting = threading.Lock()  # info() and the first trial may both wait
+
+    @property
+    def device_name(self) -> str:
+        return self.wait_ready()
 
     def wait_ready(self) -> str:
+        with self._starting:
+            return self._wait_ready()
+
+    def _wait_ready(self) -> str:
+        if self._child is None:
+            self._child = self._adopted() or child.start("actors.launcher:serve", self._payload)
         if not self._ready:
             try:
                 _, device_name = self._child.replies.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 raise RuntimeError("the kernel-launching process failed to start "
                                    f"({self._child.exit_text()})") from None
             self._ready = True
-            self.device_name = device_name
-        return self.device_name
+            self._device_name = device_name
+        return self._device_name
+
+    def _adopted(self) -> child.Child | None:
+        assert self._adopt is not None
+        address, key_hex, pid = self._adopt
+        # It makes its socket first thing, but it may not have got that far yet.
+        deadline = time.monotonic() + ADOPT_WAIT_S
+        while not os.path.exists(address) and time.monotonic() < deadline and child.alive(pid):
+            time.sleep(0.01)
+        try:
+            connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key_hex))
+            connection.send(("adopt", os.getpid()))
+        except (OSError, EOFError, AuthenticationError):
+            return None  # gone, or adopted by another worker: start one of our own
+        return child.Child(child.Foreign(lambda: pid), connection, connection)
 
     def _restart(self) -> None:
-        child.kill(self._child)
+        if self._child is not None:
+            child.kill(self._child)
         self._child = child.start("actors.launcher:serve", self._payload)
         self._ready = False
 
     def _call(self, op: str, *args: Any) -> tuple[str, Any]:
         self.wait_ready()
+        process = self._child
+        assert process is not None
         try:
-            self._child.requests.send((op, args))
-            kind, value = self._child.replies.recv()
+            process.requests.send((op, args))
+            kind, value = process.replies.recv()
         except (EOFError, OSError):
-            why = self._child.exit_text()
+            why = process.exit_text()
             self._restart()
             raise LauncherDied(why) from None
         if kind == "poisoned":  # it has exited; the outcome it sent says why

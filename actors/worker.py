@@ -1,41 +1,64 @@
 """The trial worker: a Ray actor that owns one GPU (or one CPU for the interpreter, or one
 simulated GPU) and runs the trials the driver hands it, streaming a record per trial.
 
-run() is a Ray generator, so the driver sees each trial finish as it happens: it knows
-which trial is running (the one after the last record) and since when, which is what a
-per-trial timeout and the blame for a dead worker need.
+run() is a Ray generator, one call per batch, so the driver sees each trial finish as it
+happens. The actor is threaded: a batch the driver queues behind the running one arrives
+at once, and its configs go to the compile pool while the GPU still times earlier ones.
 
-The actor is threaded so that a batch the driver queues behind the running one arrives at
-once: its configs go to the compile pool while the GPU still times the running batch, and
-the GPU never waits at a batch boundary. Batches still run one at a time, in the driver's
-order (Ray does not order a threaded actor's tasks, so each batch carries its number).
+One thread of the worker, the runner, owns the device and runs every trial. With a compile
+pool it runs whichever held config has finished compiling (the oldest batch first), so the
+GPU never waits on a slow compile while a compiled config waits; it announces each trial
+as it begins (TrialStarted), which is how the driver knows what is running, for timeouts
+and for the blame of a death. Without a pool (simulate, interpret) trials run in the order
+sent, which the driver assumes, and nothing is announced.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.compile_pool import Compiled
+from actors.compile_pool import Compiled, CompileLimit, Compiler, compile_weight
 from actors.timing import Timing
 from storage.records import TrialOutcome, TrialRecord
 
 
 @dataclass(frozen=True)
 class BatchStarted:
-    """The worker began a batch; the first trial's clock starts now, not at submission."""
+    """The worker began a batch: one of its trials is running."""
 
 
-WorkerMessage = BatchStarted | TrialRecord
+@dataclass(frozen=True)
+class TrialStarted:
+    """The trial `index` began on the device; `ordinal` counts the trials this worker began
+    before it, so that the driver can tell the latest start when a worker's streams are
+    read out of order."""
+
+    index: int
+    ordinal: int
+    ahead: bool = False  # compiled ahead by the pool (its processes are up), not inline
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """The runner thread raised (a bug): the batch's stream ends in this error."""
+
+    text: str
+
+
+WorkerMessage = BatchStarted | TrialStarted | TrialRecord
 
 
 class Backend(Protocol):
-    device_name: str
+    @property
+    def device_name(self) -> str: ...
 
     def run_trial(self, config: Mapping[str, Any], seed: int,
                   compiled: Compiled | None = None) -> TrialOutcome: ...
@@ -47,7 +70,7 @@ class Backend(Protocol):
 class WorkerSettings:
     """Everything a worker needs to build its backend; plain data, so Ray ships it cheaply."""
 
-    backend: str  # cuda | interpret | simulate
+    backend: str  # cuda | interpret | simulate | replay
     kernel: str
     problem: Mapping[str, Any]
     trial_timing: tuple[float, float]  # (warmup_ms, rep_ms) of each config's timing
@@ -55,9 +78,12 @@ class WorkerSettings:
     tolerance: tuple[float, float] | None
     seed: int
     simulate: Mapping[str, Any]
-    compile_workers: int = 0  # processes compiling ahead of the GPU (cuda backend only)
-    compile_timeout_s: float = 60.0
+    compile_workers: int = 0  # processes compiling ahead of the GPU (cuda, replay)
+    compile_timeout_s: float = 60.0  # the fixed limit until the driver sends another
     kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
+    replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
+    # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
+    prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
 
 
 def make_backend(settings: WorkerSettings) -> Backend:
@@ -65,66 +91,171 @@ def make_backend(settings: WorkerSettings) -> Backend:
         from actors.simulate import SimulatedBackend
 
         return SimulatedBackend(**settings.simulate)
+    if settings.backend == "replay":
+        from actors.replay import ReplayBackend
+
+        return ReplayBackend.load(settings.replay)
     from actors.launcher import Launcher
 
-    return Launcher(settings.kernel, settings.problem, kernel_path=settings.kernel_path,
-                    interpret=settings.backend == "interpret",
-                    trial_timing=settings.trial_timing, finalist_timing=settings.finalist_timing,
-                    tolerance=settings.tolerance, seed=settings.seed)
+    # Ray gives a GPU actor its GPU's id in CUDA_VISIBLE_DEVICES.
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return Launcher(launcher_payload(settings),
+                    adopt=settings.prestarted.get(gpu) if settings.backend == "cuda" else None)
+
+
+def launcher_payload(settings: WorkerSettings) -> str:
+    """The options of the process that launches kernels (actors/launcher.py)."""
+    return json.dumps({
+        "kernel": settings.kernel, "kernel_path": settings.kernel_path,
+        "problem": dict(settings.problem), "interpret": settings.backend == "interpret",
+        "trial_timing": settings.trial_timing, "finalist_timing": settings.finalist_timing,
+        "tolerance": settings.tolerance, "seed": settings.seed})
+
+
+def make_compiler(settings: WorkerSettings) -> Compiler | None:
+    limit = CompileLimit(settings.compile_timeout_s)
+    if settings.backend == "replay":
+        from actors.replay import ReplayCompiler
+
+        return ReplayCompiler.load(settings.replay, settings.compile_workers, limit)
+    if settings.backend == "cuda" and settings.compile_workers > 0:
+        from actors.compile_pool import CompilePool
+
+        return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
+                           settings.seed, limit, settings.kernel_path)
+    return None
+
+
+@dataclass
+class _Held:
+    """A batch the worker holds: the trials not yet begun, and its outgoing messages."""
+
+    number: int
+    trials: list[tuple[int, dict[str, Any], int]]
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    started: bool = False
 
 
 class TrialWorker:
     def __init__(self, settings: WorkerSettings, name: str) -> None:
-        self.pool = None
-        if settings.backend == "cuda" and settings.compile_workers > 0:
-            from actors.compile_pool import CompilePool
-
-            # Started first: its processes boot while this one sets up the GPU.
-            self.pool = CompilePool(settings.compile_workers, settings.kernel,
-                                    settings.problem, settings.seed,
-                                    settings.compile_timeout_s, settings.kernel_path)
+        # Started first: its processes boot while this one sets up the device.
+        self.pool = make_compiler(settings)
         self.backend = make_backend(settings)
         self.seed = settings.seed
         self.name = name
         self.node = socket.gethostname()
-        self._turn = 0  # the number of the batch whose turn it is to run
-        self._turns = threading.Condition()
+        self._held: list[_Held] = []  # in batch order
+        self._changed = threading.Condition()
+        self._device = threading.Lock()  # trials and re-timing take turns on the device
+        self._began = 0
+        threading.Thread(target=self._runner, name="trial-runner", daemon=True).start()
 
     def info(self) -> dict[str, Any]:
-        """Who and where; answers once the worker, its compile pool included, is ready."""
-        if self.pool is not None:
-            self.pool.wait_ready()
+        """Who and where; answers once the worker can run a trial (its compile processes
+        join as they come up)."""
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
                 "pid": os.getpid()}
 
     def run(self, number: int, trials: list[tuple[int, dict[str, Any], int]],
-            ahead: Sequence[tuple[int, dict[str, Any]]] = ()) -> Iterator[WorkerMessage]:
-        """Run batch `number` (0, 1, ... in the order the driver sent them) once every
-        earlier batch has finished; its configs start compiling at once, and `ahead`
-        (configs some worker will get soon) when the pool has nothing else to do."""
+            ahead: Sequence[tuple[int, dict[str, Any]]] = (),
+            limit: CompileLimit | None = None) -> Iterator[WorkerMessage]:
+        """Hold batch `number`: its configs start compiling at once, and `ahead` (configs
+        some worker will get soon) when the pool has nothing else to do. Streams the
+        batch's messages until every trial is reported."""
+        held = _Held(number, list(trials))
         if self.pool is not None:
+            if limit is not None:
+                self.pool.set_limit(limit)
             for index, config, _ in trials:
                 self.pool.submit(index, config)
             for index, config in ahead:
                 self.pool.hint(index, config)
-        with self._turns:
-            self._turns.wait_for(lambda: self._turn == number)
-        try:
-            yield BatchStarted()
-            for index, config, attempt in trials:
-                started = time.time()
-                compiled = self.pool.result(index) if self.pool is not None else None
-                # Fresh inputs per config, the same for every attempt and every run.
-                seed = hash((self.seed, index)) & 0x7FFFFFFF
-                outcome = self.backend.run_trial(config, seed, compiled)
-                yield TrialRecord.from_outcome(
-                    index, config, outcome, device=self.backend.device_name, node=self.node,
-                    worker=self.name, attempt=attempt, started_at=started,
-                    finished_at=time.time())
-        finally:
-            with self._turns:
-                self._turn = number + 1
-                self._turns.notify_all()
+        with self._changed:
+            self._held.append(held)
+            self._held.sort(key=lambda h: h.number)
+            self._changed.notify_all()
+        reported = 0
+        while reported < len(trials):
+            message = held.out.get()
+            if isinstance(message, WorkerFailed):
+                raise RuntimeError(message.text)
+            reported += isinstance(message, TrialRecord)
+            yield message
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
-        return self.backend.retime(configs, rounds)
+        with self._device:
+            return self.backend.retime(configs, rounds)
+
+    # --- the runner thread -----------------------------------------------------------------
+    def _runner(self) -> None:
+        while True:
+            running: _Held | None = None
+            try:
+                running, (index, config, attempt), compiled = self._next()
+                self._run_one(running, index, config, attempt, compiled)
+            except BaseException as e:  # fail every batch it holds rather than hang them,
+                # the one it was running among them (already out of _held if that was its
+                # last trial)
+                with self._changed:
+                    failing = [*self._held, *([running] if running not in self._held else [])]
+                    for held in failing:
+                        if held is not None:
+                            held.out.put(WorkerFailed(f"{type(e).__name__}: {e}"))
+                    self._held.clear()
+
+    def _next(self) -> tuple[_Held, tuple[int, dict[str, Any], int], Compiled | None]:
+        """The trial to run next: in order without a pool; with one, the first held config
+        (oldest batch first) whose compile has finished (None: not compiled ahead)."""
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._held))
+                held_now = list(self._held)
+            if self.pool is None:
+                held = held_now[0]
+                return held, self._take(held, 0), None
+            keys = [t[0] for h in held_now for t in h.trials]
+            got: tuple[int, Compiled | None] | None = self.pool.take(keys)
+            if got is None and not self.pool.started():
+                # No compile process is up yet (they import torch first): the device's
+                # own process compiles a config itself rather than wait for them, the
+                # likely-quickest (perhaps compiled before Ray was up, see prestart.py).
+                configs = {t[0]: t[1] for h in held_now for t in h.trials}
+                quickest = sorted(keys, key=lambda k: compile_weight(configs[k]))
+                key = next((k for k in quickest if self.pool.withdraw(k)), None)
+                if key is not None:
+                    got = key, None
+            if got is None:
+                self.pool.wait(0.05)
+                continue
+            key, compiled = got
+            for held in held_now:
+                for i, trial in enumerate(held.trials):
+                    if trial[0] == key:
+                        return held, self._take(held, i), compiled
+
+    def _take(self, held: _Held, position: int) -> tuple[int, dict[str, Any], int]:
+        with self._changed:
+            trial = held.trials.pop(position)
+            if not held.trials:
+                self._held.remove(held)
+        return trial
+
+    def _run_one(self, held: _Held, index: int, config: dict[str, Any], attempt: int,
+                 compiled: Compiled | None) -> None:
+        # Waits for the device's process: a failure to start it is the worker's, raised
+        # before any trial is said to have begun.
+        device = self.backend.device_name
+        if not held.started:
+            held.started = True
+            held.out.put(BatchStarted())
+        if self.pool is not None:
+            held.out.put(TrialStarted(index, self._began, compiled is not None))
+        self._began += 1
+        started = time.time()
+        # Fresh inputs per config, the same for every attempt and every run.
+        seed = hash((self.seed, index)) & 0x7FFFFFFF
+        with self._device:
+            outcome = self.backend.run_trial(config, seed, compiled)
+        held.out.put(TrialRecord.from_outcome(
+            index, config, outcome, device=device, node=self.node,
+            worker=self.name, attempt=attempt, started_at=started, finished_at=time.time()))

@@ -465,7 +465,7 @@ def _first_problem(table: pa.Table, check: RecordCheck) -> tuple[int, str] | Non
 def read_journal(path: Path, check: RecordCheck, start: int = 0,
                  before: pa.Table | None = None) -> tuple[pa.Table, int]:
     """Every durable record from byte `start` on, after the records `before` (read earlier,
-    e.g. from the table, in the record columns), once per index (the first wins), sorted by
+    e.g. from the table, in the record columns), once per index (see latest_per_index), sorted by
     index, in the record columns; and the byte offset where the complete part of the
     journal ends. Every record must pass `check`, else JournalError names the first that
     does not ("<path>: line N: ..."); only the torn, newline-less tail is ignored."""
@@ -489,7 +489,7 @@ def read_journal(path: Path, check: RecordCheck, start: int = 0,
     if n:
         parts.append(_checked_lines(path, data, n, check, start))
     table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
-    return _first_per_index(table), start + n
+    return latest_per_index(table), start + n
 
 
 def _checked_before(path: Path, before: pa.Table, check: RecordCheck, start: int) -> pa.Table:
@@ -543,11 +543,13 @@ def _lines_before(path: Path, start: int) -> int:
     return count
 
 
-def _first_per_index(table: pa.Table) -> pa.Table:
+def latest_per_index(table: pa.Table) -> pa.Table:
+    """One record per index: the highest attempt, which only a retry (`sweep resume
+    --retry`) makes a second record of; among equal attempts the first arrival."""
     if table.num_rows == 0:
         return table
-    # Stable sort keeps journal order among equal indices, so the first arrival survives.
-    order = pc.sort_indices(table, sort_keys=[("index", "ascending")])
+    # Stable sort keeps journal order among equal (index, attempt) pairs.
+    order = pc.sort_indices(table, sort_keys=[("index", "ascending"), ("attempt", "descending")])
     table = table.take(order)
     index = table.column("index").to_numpy()
     if len(index) > 1 and (index[1:] == index[:-1]).any():

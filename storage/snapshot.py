@@ -45,6 +45,8 @@ class Snapshot:
     # The fastest few re-timed side by side, which chose `best` (a complete run's), kept
     # here too so that a lost best.json can be rebuilt as it was.
     finalists: list[dict[str, Any]] = field(default_factory=list)
+    # When this session reached each phase (wall clock): where a command's seconds went.
+    timeline: dict[str, float] = field(default_factory=dict)
 
 
 def _checksum(body: dict[str, Any]) -> str:

@@ -7,7 +7,14 @@ stderr, the summary to stdout.
 
 from __future__ import annotations
 
-from sweep.stop import StopController
+import time
+
+# When the command began, for the time its summary reports: the user's time is the whole
+# command, its imports and Ray's start included. (Not the process's age: a shell running
+# `... && sweep run` as its last command may exec it in its own, older process.)
+STARTED = time.monotonic()
+
+from sweep.stop import StopController  # noqa: E402
 
 # First thing, before the slower imports below: a Ctrl+C or SIGTERM from here on is a clean
 # stop. (One that lands while Python itself starts still ends the process the default way,
@@ -59,9 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path)
     run.add_argument("--out", type=Path, help="run directory (default: a new one under runs/)")
     _cluster_args(run)
-    run.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate"))
+    run.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate", "replay"))
     resume = sub.add_parser("resume", help="continue a stopped run in place")
     resume.add_argument("dir", type=Path)
+    resume.add_argument("--retry", metavar="STATUS[,STATUS]",
+                        help="run the configs recorded with these statuses again (e.g. "
+                             "timeout), compiles limited by run.trial_timeout_s alone")
     _cluster_args(resume)
     best = sub.add_parser("best", help="the cached best configs for a spec's kernel and problem")
     best.add_argument("spec", type=Path)
@@ -88,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     # call. The command itself keeps them to the end: a signal while Python shuts down
     # must not turn a finished run into a KeyboardInterrupt.
     stop.install()
-    code = _main(args, stop, Console(), Console(stderr=True))
+    # An in-process caller's own process began long before this call.
+    started = STARTED if argv is None else time.monotonic()
+    code = _main(args, stop, Console(), Console(stderr=True), started)
     cluster = sys.modules.get("sweep.cluster")
     if argv is None and cluster is not None and cluster.abandoned():
         # The command ends here although a thread is stuck inside ray.init, on which
@@ -99,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console) -> int:
+def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console,
+          started: float) -> int:
     from storage.journal import JournalError
     from storage.lock import RunDirBusy
     from sweep.spec import SpecError
@@ -119,13 +132,30 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
             raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
         from sweep.session import Session
 
+        retry = _retry_statuses(args.retry) if args.command == "resume" else frozenset()
         session = (Session.start(args.spec, args.out, args.backend, command)
                    if args.command == "run" else Session.reopen(args.dir, err, command))
-        return session.execute(args.address, args.max_trials, args.cache_partial, stop, out, err)
+        session.retry = retry
+        return session.execute(args.address, args.max_trials, args.cache_partial, stop, out,
+                               err, started=started)
     except (SpecError, JournalError, RunDirBusy) as e:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT
+
+
+def _retry_statuses(text: str | None) -> frozenset[str]:
+    from storage.records import STATUSES
+    from sweep.spec import SpecError
+
+    if text is None:
+        return frozenset()
+    allowed = [s for s in STATUSES if s != "ok"]
+    given = frozenset(t.strip() for t in text.split(","))
+    if not given or not given <= set(allowed):
+        raise SpecError(f"--retry: expected statuses from {', '.join(allowed)} "
+                        f"(comma-separated), got {text!r}")
+    return given
 
 
 if __name__ == "__main__":

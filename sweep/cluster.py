@@ -62,6 +62,11 @@ def connect(address: str | None, stop_requested: Callable[[], bool]) -> bool:
     return True
 
 
+def starts_local(address: str | None) -> bool:
+    """Whether connect(address) will start a Ray instance on this machine."""
+    return not (ray.is_initialized() or address or os.environ.get("RAY_ADDRESS"))
+
+
 def _probe(address: str) -> None:
     """Ray keeps retrying an address where nothing listens for many minutes, deaf to
     signals meanwhile: try a plain TCP connection first."""
@@ -140,7 +145,7 @@ def _without_rays_sigterm_handler() -> Iterator[None]:
 
 def resolve_backend(spec: Spec) -> str:
     requested = spec.run.backend
-    if requested == "simulate":
+    if requested in ("simulate", "replay"):
         return requested
     gpus = int(ray.cluster_resources().get("GPU", 0))
     if requested == "cuda" and gpus == 0:
@@ -155,6 +160,9 @@ def placement(spec: Spec, backend: str) -> Placement:
     cap = spec.run.workers
     if backend == "simulate":
         return Placement(workers=cap or spec.simulate.workers, num_cpus=0)
+    if backend == "replay":
+        return Placement(workers=cap or spec.replay.workers, num_cpus=0,
+                         compile_workers=spec.replay.compile_slots)
     resources = ray.cluster_resources()
     if backend == "cuda":
         gpus = int(resources.get("GPU", 0))

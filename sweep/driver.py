@@ -1,12 +1,14 @@
 """The driver loop: a dynamic queue feeding workers, faults handled per trial.
 
-Each worker, once up, keeps `depth` batches in flight; as records arrive (events from a
-Runtime, see sweep/runtime.py) they are committed to the run's log in one durable write
-per loop turn and only then counted. Because records stream, the driver knows which trial
-each worker is running and since when, so:
+Each worker keeps `depth` batches' worth of trials in flight (from when it is up; one that
+announces its trials, from its start), dealt from the queue like cards; as records arrive
+(events from a Runtime, see sweep/runtime.py) they are committed to the run's log in one
+durable write per loop turn and only then counted. Because records stream, the driver
+knows which trial each worker is running and since when, so:
 - a trial past its timeout is recorded `timeout`, its worker killed and replaced; a worker
-  that makes no progress between batches is replaced without blaming a trial;
-- a worker that dies is blamed on the first trial it had not reported. Messages sent just
+  that makes no progress between batches, or waits on its compiles past the compile limit,
+  is replaced without blaming a trial;
+- a worker that dies is blamed on the trial it was running. Messages sent just
   before a process dies can be lost, so that blame is only a suspicion: the suspect runs
   again alone, on a worker with nothing else queued ("probation"), where a death is
   certainly its own. A trial whose worker died more than max_retries times, the last on
@@ -14,6 +16,13 @@ each worker is running and since when, so:
   unfinished trial goes back to the front of the queue unharmed.
 Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
 out trials; records carry wall-clock times.
+
+Workers with a compile pool run whichever of their configs has compiled first and announce
+each trial as it begins (TrialBegan); for them "running" is what was announced last (and
+with nothing announced, a death falls on the first unfinished trial of the oldest batch
+begun, as the announcement may have died with the worker). Other workers run trials in
+the order sent, and the first unfinished one is running. A stop awaits the trials running
+when it came, not those begun after it.
 """
 
 from __future__ import annotations
@@ -32,10 +41,12 @@ from sweep.runtime import (
     Event,
     Runtime,
     Trial,
+    TrialBegan,
     TrialDone,
     WorkerLost,
     WorkerUp,
 )
+from sweep.scheduling import AdaptiveLimit
 from sweep.space import Space
 from sweep.tally import Tally
 
@@ -78,22 +89,37 @@ class Limits:
     start_timeout_s: float = 60.0
     hint_span: int = 0  # how far down the queue idle compile pools may look
     max_failed_starts: int = 3  # consecutive deaths of one slot's workers before any trial
+    announced: bool = False  # workers announce each trial's start and may run any order
+    compile_wait_s: float = 0.0  # how long such a worker may wait on compiles, past the
+    # trial timeout, before it is replaced (the compile limit bounds a wait)
+
+    @property
+    def max_batches(self) -> int:
+        """Batches a worker may hold at once. One that runs its trials in any order gets
+        a new batch whenever a batch's worth of its trials is done, even if a slow compile
+        keeps an older batch open: held batches are then more than depth."""
+        return 4 * self.depth if self.announced else self.depth
 
 
 @dataclass
 class _Batch:
     number: int
-    trials: list[Trial]
+    trials: list[Trial]  # those not reported yet
     probation: bool = False  # a lone suspect: a death now is certainly its own
     started: bool = False
-    done: int = 0
 
     @property
     def pending(self) -> bool:
-        return self.done < len(self.trials)
+        return bool(self.trials)
 
     def unfinished(self) -> list[Trial]:
-        return self.trials[self.done:]
+        return self.trials
+
+    def find(self, index: int) -> int | None:
+        for k, trial in enumerate(self.trials):
+            if trial[0] == index:
+                return k
+        return None
 
 
 @dataclass
@@ -107,8 +133,10 @@ class _Slot:
     up: bool = False
     born: float = 0.0  # when its worker was started
     since: float = 0.0  # when its current trial became due (monotonic)
-    sent: int = 0  # batches sent to this worker; it runs them in this order
+    sent: int = 0  # batches sent to this worker
     failed_starts: int = 0
+    running: int | None = None  # the trial it announced last and has not reported
+    began: int = -1  # the ordinal of that announcement
 
     @property
     def on_probation(self) -> bool:
@@ -122,6 +150,11 @@ class _Slot:
         return next((b for b in self.batches if b.pending), None)
 
 
+_PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_trial_began",
+                            TrialBegan: "first_trial_began", TrialDone: "first_trial_done",
+                            BatchDone: "first_batch_done", WorkerLost: "first_worker_lost"}
+
+
 class DriverFailed(Exception):
     """No worker can be started (every attempt died before running a trial)."""
 
@@ -130,7 +163,11 @@ class Driver:
     def __init__(self, space: Space, runtime: Runtime, workers: int, limits: Limits,
                  log: TrialLog, tally: Tally, todo: Iterable[int], spent: dict[int, int],
                  deaths: dict[int, int], should_stop: Callable[[], bool],
-                 on_snapshot: Callable[[], None], observers: Iterable[Observer] = ()) -> None:
+                 on_snapshot: Callable[[], None], observers: Iterable[Observer] = (),
+                 compile_limit: AdaptiveLimit | None = None,
+                 on_compilers_up: Callable[[], None] = lambda: None) -> None:
+        """on_compilers_up: called once, when a worker first runs a config its compile
+        pool compiled (so the pool is up)."""
         self.space = space
         self.runtime = runtime
         self.workers = workers
@@ -144,14 +181,19 @@ class Driver:
         self.should_stop = should_stop
         self.on_snapshot = on_snapshot
         self.observers = list(observers)
+        self.compile_limit = compile_limit
+        self.on_compilers_up: Callable[[], None] | None = on_compilers_up
         self.slots: list[_Slot] = []
         self.dispatched = 0
         self.first_dispatch_at: float | None = None  # wall clock
+        # First and all workers up, first trial begun and done, last trial done (wall clock).
+        self.timeline: dict[str, float] = {}
         self._serial = 0
         self._hinted: set[int] = set()
         self._records: list[TrialRecord] = []
         self._attempts: list[SpentAttempt] = []
         self._stopping = False
+        self._draining: set[tuple[str, int | None]] = set()
 
     # --- workers -------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
@@ -159,7 +201,7 @@ class Driver:
         self._serial += 1
         slot.name = f"w{self._serial}"
         slot.batches.clear()
-        slot.up, slot.sent = False, 0
+        slot.up, slot.sent, slot.running, slot.began = False, 0, None, -1
         slot.born = self.runtime.monotonic()
         self.runtime.start(slot.name)
 
@@ -211,6 +253,8 @@ class Driver:
             while True:
                 if stopping_at is None and self.should_stop():
                     self._stopping = True
+                    # What runs now is awaited; what a worker begins after this is not.
+                    self._draining = {(s.name, s.running) for s in self.slots}
                     stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
@@ -239,7 +283,11 @@ class Driver:
         if stopping_at is not None:
             # Batches a worker has not begun are abandoned, not awaited: their trials were
             # never acknowledged and run again on resume.
-            running = any(b.started and b.pending for s in self.slots for b in s.batches)
+            if self.limits.announced:
+                running = any(s.running is not None and (s.name, s.running) in self._draining
+                              for s in self.slots)
+            else:
+                running = any(b.started and b.pending for s in self.slots for b in s.batches)
             return not running or self.runtime.monotonic() >= stopping_at
         # A batch whose every record arrived counts as done even if its stream never ended
         # (a worker frozen right after its last record): close() stops that worker.
@@ -257,7 +305,7 @@ class Driver:
         deadlines = [now + 0.25]
         for slot in self.slots:
             if slot.up and slot.head() is not None:
-                deadlines.append(slot.since + self.limits.trial_timeout_s)
+                deadlines.append(slot.since + self._allowance(slot))
             elif not slot.up:
                 deadlines.append(slot.born + self.limits.start_timeout_s)
         if stopping_at is not None:
@@ -290,24 +338,52 @@ class Driver:
 
     # --- handing out work ----------------------------------------------------------------
     def _dispatch(self) -> None:
-        for slot in self.slots:
-            while slot.up and self.queue and len(slot.batches) < self.limits.depth \
-                    and not slot.on_probation:
+        while self.queue:
+            takers = []
+            for slot in self.slots:
+                # A worker that announces its trials gets work while it starts: its compile
+                # pool begins on it at once, and a death before any trial began blames none.
+                if not (slot.up or self.limits.announced) or not self._has_room(slot) \
+                        or slot.on_probation:
+                    continue
                 if self.queue[0][0] in self.probation:
-                    if slot.batches or self._budget_left() <= 0:
-                        break  # a suspect waits for an idle worker
-                    self._submit(slot, [self.queue.popleft()], probation=True)
-                    break
-                # Shrink batches as the queue drains, so every worker has work to the end.
-                share = -(-len(self.queue) // (len(self.slots) * self.limits.depth))
-                room = int(min(self.limits.batch_size, share, self._budget_left()))
-                if room <= 0:
-                    return
-                trials: list[Trial] = []
-                while self.queue and len(trials) < room \
-                        and self.queue[0][0] not in self.probation:
-                    trials.append(self.queue.popleft())
-                self._submit(slot, trials)
+                    if not slot.batches and self._budget_left() > 0:  # alone, on an idle one
+                        self._submit(slot, [self.queue.popleft()], probation=True)
+                    if not self.queue:
+                        return
+                    continue  # otherwise a suspect waits for an idle worker
+                takers.append(slot)
+            if not takers or self.queue[0][0] in self.probation or not self._deal(takers):
+                return
+
+    def _deal(self, takers: list[_Slot]) -> int:
+        """A batch for each taker, dealt from the queue like cards: the queue's head holds
+        the slowest compiles (see scheduling.py), which go to every worker's compile pool
+        alike rather than all to one. Returns how many trials went out."""
+        # Shrink batches as the queue drains, so every worker has work to the end.
+        share = -(-len(self.queue) // (len(self.slots) * self.limits.depth))
+        room = int(min(self.limits.batch_size, share))
+        budget = self._budget_left()
+        hands: list[list[Trial]] = [[] for _ in takers]
+        dealt = 0
+        while dealt < budget and self.queue and self.queue[0][0] not in self.probation:
+            hand = hands[dealt % len(takers)]
+            if len(hand) >= room:
+                break
+            hand.append(self.queue.popleft())
+            dealt += 1
+        for slot, hand in zip(takers, hands):
+            if hand:
+                self._submit(slot, hand)
+        return dealt
+
+    def _has_room(self, slot: _Slot) -> bool:
+        if len(slot.batches) >= self.limits.max_batches:
+            return False
+        if not self.limits.announced:
+            return True
+        held = sum(len(b.trials) for b in slot.batches)
+        return held <= (self.limits.depth - 1) * self.limits.batch_size
 
     def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
         trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
@@ -315,8 +391,9 @@ class Driver:
             slot.since = self.runtime.monotonic()
         self.dispatched += len(trials)
         self.first_dispatch_at = self.first_dispatch_at or self.runtime.time()
-        self.runtime.submit(slot.name, slot.sent, trials, self._ahead())
-        slot.batches.append(_Batch(slot.sent, trials, probation=probation))
+        self.runtime.submit(slot.name, slot.sent, trials, self._ahead(),
+                            self.compile_limit.current if self.compile_limit else None)
+        slot.batches.append(_Batch(slot.sent, list(trials), probation=probation))
         slot.sent += 1
 
     def _ahead(self) -> list[tuple[int, dict[str, Any]]]:
@@ -336,18 +413,33 @@ class Driver:
         if slot is None:
             return  # a worker already given up
         now = self.runtime.monotonic()
+        self.timeline.setdefault(_PHASES[type(event)], self.runtime.time())
         if isinstance(event, WorkerUp):
             slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
+            if all(s.up for s in self.slots):
+                self.timeline.setdefault("all_workers_up", self.runtime.time())
         elif isinstance(event, BatchBegan):
             batch = self._batch(slot, event.batch)
             if batch is not None:
                 batch.started, slot.since = True, now
+        elif isinstance(event, TrialBegan):
+            batch = self._batch(slot, event.batch)
+            if batch is not None and event.ordinal > slot.began:
+                batch.started, slot.since = True, now
+                slot.running, slot.began = event.index, event.ordinal
+            if event.ahead and self.on_compilers_up is not None:
+                self.on_compilers_up()
+                self.on_compilers_up = None
         elif isinstance(event, TrialDone):
             batch = self._batch(slot, event.batch)
-            if batch is None:
-                return
             record = event.record
-            batch.done += 1
+            k = batch.find(record.index) if batch is not None else None
+            if batch is None or k is None:
+                return
+            del batch.trials[k]
+            self.timeline["last_trial_done"] = self.runtime.time()
+            if slot.running == record.index:
+                slot.running = None
             slot.since, slot.failed_starts = now, 0
             self.probation.discard(record.index)
             self._records.append(record)
@@ -360,10 +452,34 @@ class Driver:
     def _batch(slot: _Slot, number: int) -> _Batch | None:
         return next((b for b in slot.batches if b.number == number), None)
 
+    def _current(self, slot: _Slot) -> tuple[_Batch, Trial] | None:
+        """The trial the slot's worker is running now, as far as the driver knows: the one
+        it announced, or (for workers that run in order) the first unfinished one."""
+        if self.limits.announced:
+            for batch in slot.batches:
+                k = batch.find(slot.running) if slot.running is not None else None
+                if k is not None:
+                    return batch, batch.trials[k]
+            return None
+        head = slot.head()
+        return (head, head.trials[0]) if head is not None else None
+
+    def _guess(self, slot: _Slot) -> tuple[_Batch, Trial] | None:
+        """A worker that announces its trials died with none announced running: the
+        message saying which began may have died with it (else a config that kills its
+        worker at once could go round forever). The first unfinished trial of the oldest
+        batch it began (or, once up, held) is a suspect, as for workers that run in order;
+        alone on probation, a suspect is certainly to blame."""
+        if not self.limits.announced:
+            return None
+        began = next((b for b in slot.batches if b.started and b.trials), None) or \
+            (slot.head() if slot.up else None)
+        return (began, began.trials[0]) if began is not None else None
+
     def _worker_lost(self, slot: _Slot, event: WorkerLost) -> None:
         rest = slot.unfinished()
-        head = slot.head()
-        if event.init_failed or not slot.up:
+        began = slot.running is not None or any(b.started for b in slot.batches)
+        if event.init_failed or (not slot.up and not began):
             # It died before it could run anything (a killed or failing start-up): no
             # trial is to blame, but a slot whose workers keep dying so is given up.
             slot.failed_starts += 1
@@ -375,9 +491,11 @@ class Driver:
             self._replace(slot)
             self._requeue(rest)
             return
-        if rest and head is not None:
-            index, config, attempt = rest[0]
-            confirmed = head.probation
+        current = self._current(slot) or self._guess(slot)
+        if current is not None:
+            batch, (index, config, attempt) = current
+            rest = [t for t in rest if t[0] != index]
+            confirmed = batch.probation
             self.deaths[index] = self.deaths.get(index, 0) + 1
             self._attempts.append(SpentAttempt(index, attempt, "died"))
             self._event(f"worker died running trial {index} (attempt {attempt}"
@@ -387,10 +505,9 @@ class Driver:
                 # Recorded before the slot gets its next worker: the row names this one.
                 self._record_failure(slot, index, config, attempt, TrialOutcome(
                     "crashed", "skipped", error=event.why))
-                rest = rest[1:]
             else:
                 self.probation.add(index)
-                rest[0] = (index, config, attempt + 1)
+                rest.insert(0, (index, config, attempt + 1))
         self._replace(slot)
         self._requeue(rest)
 
@@ -405,26 +522,35 @@ class Driver:
             head = slot.head()
             assert head is not None
             rest = slot.unfinished()
-            if not head.started:
-                # It finished a batch and never began the next: the worker, not a trial,
-                # stopped (a frozen process, a lost message). Nobody is to blame.
+            current = self._current(slot)
+            if current is None or not current[0].started:
+                # Nothing began (it finished a batch and never began the next, or waited on
+                # compiles past their limit): the worker, not a trial, stopped (a frozen
+                # process, a lost message). Nobody is to blame.
+                where = "waiting on compiles" if self.limits.announced else "between batches"
                 self._event(f"worker {slot.name} made no progress for "
-                            f"{self.limits.trial_timeout_s:g} s between batches; replacing it")
+                            f"{self._allowance(slot):g} s {where}; replacing it")
                 self._replace(slot)
                 self._requeue(rest)
                 continue
-            index, config, attempt = rest[0]
+            index, config, attempt = current[1]
             self._event(f"trial {index} passed {self.limits.trial_timeout_s:g} s; "
                         f"replacing worker {slot.name}")
             self._record_failure(slot, index, config, attempt, TrialOutcome(
                 "timeout", "skipped",
                 error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s"))
             self._replace(slot)
-            self._requeue(rest[1:])
+            self._requeue([t for t in rest if t[0] != index])
+
+    def _allowance(self, slot: _Slot) -> float:
+        """How long the slot may go without progress: a trial's timeout, and for a worker
+        waiting on its compiles (nothing announced) the compile limit on top."""
+        waiting = self.limits.announced and slot.running is None
+        return self.limits.trial_timeout_s + (self.limits.compile_wait_s if waiting else 0.0)
 
     def _overdue(self, slot: _Slot) -> bool:
         return slot.up and slot.head() is not None and \
-            self.runtime.monotonic() - slot.since >= self.limits.trial_timeout_s
+            self.runtime.monotonic() - slot.since >= self._allowance(slot)
 
     def _record_failure(self, slot: _Slot, index: int, config: dict[str, Any], attempt: int,
                         outcome: TrialOutcome) -> None:
@@ -447,6 +573,8 @@ class Driver:
         self.log.commit(records, attempts)
         if not records:
             return
+        if self.compile_limit is not None:
+            self.compile_limit.observe(records)
         self.tally.add(records)
         for observer in self.observers:
             observer.on_records(records, self.tally)
@@ -463,9 +591,9 @@ class Driver:
                 # the worker began counts its running trial as an attempt spent.
                 for event in self.runtime.settle(slot.name, 0.0):
                     self._handle(event)
-                head = slot.head()
-                if head is not None and head.started:
-                    index, _, attempt = head.unfinished()[0]
+                current = self._current(slot)
+                if current is not None and current[0].started:
+                    index, _, attempt = current[1]
                     self._attempts.append(SpentAttempt(index, attempt, "interrupted"))
             self.runtime.kill(slot.name)
         self.slots = []

@@ -17,8 +17,9 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from actors.compile_pool import CompileLimit
 from actors.timing import Timing
-from actors.worker import BatchStarted, TrialWorker, WorkerSettings
+from actors.worker import BatchStarted, TrialStarted, TrialWorker, WorkerSettings
 from storage.records import TrialRecord
 from sweep.runtime import (
     BatchBegan,
@@ -27,6 +28,7 @@ from sweep.runtime import (
     Placement,
     RetimeAbandoned,
     Trial,
+    TrialBegan,
     TrialDone,
     WorkerLost,
     WorkerUp,
@@ -49,28 +51,30 @@ class _Actor:
 
 
 class RayRuntime:
-    def __init__(self, settings: WorkerSettings, placement: Placement, depth: int) -> None:
+    def __init__(self, settings: WorkerSettings, placement: Placement, batches: int) -> None:
+        """batches: the most a worker holds at once (Limits.max_batches)."""
         self.settings = settings
         self.placement = placement
-        self.depth = depth
+        self.batches = batches
         self._actors: dict[str, _Actor] = {}
 
     def start(self, worker: str) -> None:
         p = self.placement
-        # A thread for each batch queued on the worker (see actors/worker.py), and one for
+        # A thread for each batch the worker holds (see actors/worker.py), and one for
         # info() and retime().
         options: dict[str, Any] = {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus,
                                    "max_restarts": 0, "max_task_retries": 0,
-                                   "max_concurrency": self.depth + 1}
+                                   "max_concurrency": self.batches + 1}
         if p.env:
             options["runtime_env"] = {"env_vars": dict(p.env)}
         handle = ray.remote(TrialWorker).options(**options).remote(self.settings, worker)
         self._actors[worker] = _Actor(handle, handle.info.remote())
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
-               ahead: Sequence[tuple[int, dict[str, Any]]]) -> None:
+               ahead: Sequence[tuple[int, dict[str, Any]]],
+               limit: CompileLimit | None = None) -> None:
         actor = self._actors[worker]
-        gen = actor.handle.run.remote(batch, list(trials), list(ahead))
+        gen = actor.handle.run.remote(batch, list(trials), list(ahead), limit)
         actor.streams.append(_Stream(batch, len(trials), gen))
 
     def poll(self, timeout_s: float) -> list[Event]:
@@ -129,6 +133,9 @@ class RayRuntime:
     def _event(self, name: str, stream: _Stream, message: Any) -> Event:
         if isinstance(message, BatchStarted):
             return BatchBegan(name, stream.batch)
+        if isinstance(message, TrialStarted):
+            return TrialBegan(name, stream.batch, message.index, message.ordinal,
+                              message.ahead)
         assert isinstance(message, TrialRecord), message
         stream.reported += 1
         return TrialDone(name, stream.batch, message)

@@ -68,7 +68,7 @@ def resume_command(path: Path) -> str:
 
 
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
-                  elapsed_s: float) -> None:
+                  elapsed_s: float, resume_options: str = "") -> None:
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
     say(out, f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
              f"{elapsed_s:.1f} s ({counts})")
@@ -81,6 +81,6 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
         say(out, "  best: none (no trial succeeded)")
     say(out, f"  results: {path}/trials.parquet")
     if state != "complete":
-        say(out, f"  resume with: {resume_command(path)}")
+        say(out, f"  resume with: {resume_command(path)}{resume_options}")
 
 

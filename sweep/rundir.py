@@ -23,6 +23,7 @@ from storage.journal import (
     RecordCheck,
     append_records,
     encode_attempt,
+    latest_per_index,
     line_mark,
     read_journal,
 )
@@ -121,10 +122,12 @@ def versions() -> dict[str, str]:
 
 def snapshot_of(spec: Spec, tally: Tally, state: RunState,
                 first_dispatch_at: float | None = None,
-                finalists: list[dict[str, Any]] | None = None) -> Snapshot:
+                finalists: list[dict[str, Any]] | None = None,
+                timeline: dict[str, float] | None = None) -> Snapshot:
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=tally.best,
-                    first_dispatch_at=first_dispatch_at, finalists=finalists or [])
+                    first_dispatch_at=first_dispatch_at, finalists=finalists or [],
+                    timeline=dict(timeline or {}))
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -167,11 +170,21 @@ def load_records(run: RunDir, spec: Spec, space: Space) -> Loaded:
     if table is not None and table.num_rows:
         # Checked like journal lines (read_journal checks `before` rows), nothing read.
         table, _ = read_journal(run.journal, check, end, table)
-        only = pc.invert(pc.is_in(table.column("index"), value_set=records.column("index")))
-        recovered = table.filter(only)
+        recovered = table.filter(_newer_than(table, records))
         if recovered.num_rows:
-            records = pa.concat_tables([records, recovered]).sort_by("index")
+            records = latest_per_index(pa.concat_tables([records, recovered]))
     return Loaded(records, end, recovered)
+
+
+def _newer_than(table: pa.Table, records: pa.Table) -> Any:
+    """Rows of `table` whose index `records` lacks, or holds at a lower attempt (a retry
+    only the table saw)."""
+    if records.num_rows == 0:
+        return pa.array([True] * table.num_rows)
+    position = pc.index_in(table.column("index"), value_set=records.column("index"))
+    theirs = pc.take(records.column("attempt"), pc.fill_null(position, 0))
+    return pc.or_(pc.is_null(position),
+                  pc.fill_null(pc.greater(table.column("attempt"), theirs), False))
 
 
 def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None:
@@ -189,13 +202,14 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
 
 def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
              finalists: list[dict[str, Any]] | None = None,
-             first_dispatch_at: float | None = None) -> None:
+             first_dispatch_at: float | None = None,
+             timeline: dict[str, float] | None = None) -> None:
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
     write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
                finalists=finalists or [])
     write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at,
-                                             finalists))
+                                             finalists, timeline))
 
 
 class RunLog:

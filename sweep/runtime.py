@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors.compile_pool import CompileLimit
 from actors.timing import Timing
 from storage.records import TrialRecord
 
@@ -51,6 +52,18 @@ class BatchBegan:
 
 
 @dataclass(frozen=True)
+class TrialBegan:
+    """The trial began on the worker's device (only workers that run trials out of the
+    order sent say so; see actors/worker.py). ordinal: trials the worker began before it."""
+
+    worker: str
+    batch: int
+    index: int
+    ordinal: int
+    ahead: bool = False  # its compile came from the worker's pool, which is up
+
+
+@dataclass(frozen=True)
 class TrialDone:
     worker: str
     batch: int
@@ -75,7 +88,7 @@ class WorkerLost:
     init_failed: bool = False  # its constructor raised: a start-up failure, not a trial's
 
 
-Event = WorkerUp | BatchBegan | TrialDone | BatchDone | WorkerLost
+Event = WorkerUp | BatchBegan | TrialBegan | TrialDone | BatchDone | WorkerLost
 
 
 class RetimeAbandoned(Exception):
@@ -87,9 +100,11 @@ class Runtime(Protocol):
         """Start a worker; a WorkerUp (or WorkerLost) event follows when it is ready."""
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
-               ahead: Sequence[tuple[int, dict[str, Any]]]) -> None:
-        """Queue batch number `batch` (0, 1, ... per worker; run in that order). `ahead`:
-        configs some worker gets soon, which an idle compile pool may work on."""
+               ahead: Sequence[tuple[int, dict[str, Any]]],
+               limit: CompileLimit | None = None) -> None:
+        """Queue batch number `batch` (0, 1, ... per worker). `ahead`: configs some worker
+        gets soon, which an idle compile pool may work on. `limit`: how long a compile may
+        take from now on, when the driver has changed it."""
 
     def poll(self, timeout_s: float) -> list[Event]:
         """Events that have happened, waiting up to timeout_s for the first one."""

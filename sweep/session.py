@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from ray.exceptions import RayError
 from rich.console import Console
 
@@ -38,11 +44,13 @@ from storage.snapshot import (
 )
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
 from sweep.driver import Driver, DriverFailed, Limits
+from sweep.prestart import MAX_EARLY_CONFIGS, Prestart
 from sweep.progress import ProgressReporter
 from sweep.ray_runtime import RayRuntime
 from sweep.report import print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
 from sweep.runtime import Placement, RetimeAbandoned
+from sweep.scheduling import AdaptiveLimit, slowest_first
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
@@ -88,11 +96,22 @@ class Session:
     meta: dict[str, Any] | None  # the run's run.json when resuming
     snapshot_says_complete: bool = False
     created: list[Path] = field(default_factory=list)  # directories this session made
+    # A new run's spec with its kernel imported: torch and the kernel module take seconds
+    # to import, so that happens while Ray starts (see _execute).
+    full_spec: Future[Spec] | None = None
+    timeline: dict[str, float] = field(default_factory=dict)  # see Snapshot.timeline
+    prestart: Prestart | None = None  # what a local GPU run began before Ray was up
+    # `sweep resume --retry`: recorded statuses whose configs run again (a new attempt,
+    # which supersedes the record), compiles limited by run.trial_timeout_s alone
+    retry: frozenset[str] = frozenset()
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None,
               command: str) -> Session:
-        spec = load_spec(checked_path(spec_path, "spec"), backend=backend)
+        spec_path = checked_path(spec_path, "spec")
+        # Everything the file alone decides is checked now; the kernel module is imported
+        # (and the spec checked against it) on another thread from here on.
+        spec = load_spec(spec_path, backend=backend, import_kernel=False)
         space = spec.expand()
         path = run_path(out or rundir.default_out(spec), "--out")
         try:
@@ -114,7 +133,8 @@ class Session:
         except BaseException:
             _give_back(lock, created)
             raise
-        return cls(spec, space, path, lock, None, created=created)
+        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend))
+        return cls(spec, space, path, lock, None, created=created, full_spec=full_spec)
 
     @classmethod
     def reopen(cls, path: Path, err: Console, command: str) -> Session:
@@ -163,9 +183,12 @@ class Session:
         return cls(spec, space, path, lock, meta, complete)
 
     def execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
-                stop: StopController, out: Console, err: Console) -> int:
+                stop: StopController, out: Console, err: Console,
+                started: float | None = None) -> int:
+        """started: when the command began (time.monotonic()), for the summary's time."""
         try:
-            return self._execute(address, max_trials, cache_partial, stop, out, err)
+            return self._execute(address, max_trials, cache_partial, stop, out, err,
+                                 started if started is not None else time.monotonic())
         except OSError as e:
             if not storage_error(e, self.path):
                 raise
@@ -179,22 +202,29 @@ class Session:
             _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
 
     def _execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
-                 stop: StopController, out: Console, err: Console) -> int:
-        t0 = time.monotonic()
+                 stop: StopController, out: Console, err: Console, t0: float) -> int:
+        self.timeline["session_start"] = time.time()
         run = RunDir(self.path)
         loaded = None
         if self.meta and self.snapshot_says_complete:
             loaded = rundir.load_records(run, self.spec, self.space)
             if loaded.recovered.num_rows:
                 self._rejournal(run, loaded, err)
-            if loaded.records.num_rows == len(self.space):
+            if loaded.records.num_rows == len(self.space) and not self._retried(loaded):
+                nothing = f"no config recorded {' or '.join(sorted(self.retry))}; " \
+                    if self.retry else ""
                 say(out, f"{self.path}: already complete ({len(self.space)} trials); "
-                         + self._repair_complete(run, loaded))
+                         + nothing + self._repair_complete(run, loaded))
                 return EXIT_OK
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
         started_ray = False
         try:
+            if not self.meta and cluster.starts_local(address) and \
+                    self.spec.run.backend in ("auto", "cuda") and \
+                    os.environ.get("SWEEP_PRESTART") != "0":
+                self.prestart = Prestart.begin(_worker_settings(self.spec, "cuda"),
+                                               self._early_configs())
             with ThreadPoolExecutor(1) as pool:
                 loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                     if self.meta and loaded is None else None
@@ -206,11 +236,18 @@ class Session:
                     return stop.exit_code
                 finally:
                     stop.install()  # Ray may have replaced our handlers
+                self.timeline["ray_ready"] = time.time()
                 if loading is not None:
                     loaded = loading.result()
                     if loaded.recovered.num_rows:
                         self._rejournal(run, loaded, err)
+                if self.full_spec is not None:
+                    self.spec = self.full_spec.result()
+                    self.timeline["kernel_imported"] = time.time()
             backend = cluster.resolve_backend(self.spec)
+            if self.prestart and backend != "cuda":  # Ray found no GPU after all
+                self.prestart.close()
+                self.prestart = None
             check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
             if self.meta and backend != self.meta["backend"]:
                 raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
@@ -224,10 +261,30 @@ class Session:
             return self._drive(run, backend, loaded, max_trials, cache_partial, stop, out,
                                err, t0)
         finally:
+            if self.prestart:
+                self.prestart.close()
             if started_ray:
                 import ray
 
                 ray.shutdown()
+
+    def _retry_mask(self, records: pa.Table) -> Any:
+        return pc.is_in(records.column("status"), value_set=pa.array(sorted(self.retry)))
+
+    def _retried(self, loaded: Loaded) -> pa.Table | None:
+        """The records `--retry` asks to run again, if any."""
+        if not self.retry:
+            return None
+        again = loaded.records.filter(self._retry_mask(loaded.records))
+        return again if again.num_rows else None
+
+    def _early_configs(self) -> list[tuple[int, dict[str, Any]]]:
+        """The configs to compile before Ray is up: all of them, in the order they will be
+        handed out (a new run's)."""
+        if len(self.space) > MAX_EARLY_CONFIGS:
+            return []
+        return [(i, self.space.config(i)) for i in slowest_first(self.space,
+                                                                range(len(self.space)))]
 
     def _repair_complete(self, run: RunDir, loaded: Loaded) -> str:
         """A complete run resumed again: nothing is run, and nothing intact is rewritten
@@ -273,22 +330,43 @@ class Session:
         spec = self.spec
         tally = Tally(total=len(self.space))
         done = np.empty(0, int)
-        if loaded is not None:
-            tally = Tally.from_journal(len(self.space), loaded.records)
-            done = loaded.records.column("index").to_numpy()
-        todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True)
         spent, deaths = read_attempts(run.attempts, rundir.record_check(spec, self.space))
+        if loaded is not None:
+            records = loaded.records
+            again = self._retried(loaded)
+            if again is not None:
+                # Their next attempt follows the recorded one, and supersedes it.
+                records = records.filter(pc.invert(self._retry_mask(records)))
+                for i, attempt in zip(again.column("index").to_pylist(),
+                                      again.column("attempt").to_pylist()):
+                    spent[i] = max(spent.get(i, 0), attempt)
+                    deaths.pop(i, None)  # a retried crash gets its retries again
+                say(err, f"retrying {again.num_rows} configs recorded "
+                         f"{' or '.join(sorted(self.retry))}")
+            tally = Tally.from_journal(len(self.space), records)
+            done = records.column("index").to_numpy()
+        todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True).tolist()
         placement = cluster.placement(spec, backend)
-        settings = WorkerSettings(
-            backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
-            trial_timing=spec.timing.per_config(spec.run.finalists),
-            finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
-            tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
-            seed=spec.run.seed,
-            simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},
+        compiles = placement.compile_workers > 0
+        compile_limit = None
+        if compiles:
+            # The likely-slowest compiles go first, so that they are not the sweep's tail.
+            todo = slowest_first(self.space, todo)
+            compile_limit = AdaptiveLimit(
+                spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
+                seen=zip(loaded.records.column("status").to_pylist(),
+                         loaded.records.column("compile_ms").to_pylist()) if loaded else ())
+            if self.retry:  # what a limit stopped is given the trial timeout this time
+                compile_limit = AdaptiveLimit(spec.run.trial_timeout_s, adaptive=False)
+        settings = replace(
+            _worker_settings(spec, backend),
             compile_workers=placement.compile_workers,
-            compile_timeout_s=spec.run.trial_timeout_s,
-            kernel_path=str(Path.cwd()))
+            compile_timeout_s=compile_limit.fixed_s if compile_limit else spec.run.compile_limit_s,
+            prestarted=self.prestart.launchers if self.prestart else {})
+        # Replayed workers share a directory that stands in for Triton's on-disk cache.
+        replay_cache = tempfile.mkdtemp(prefix="sweep-replay-") if backend == "replay" else None
+        if replay_cache:
+            settings = replace(settings, replay={**settings.replay, "cache_dir": replay_cache})
         limits = Limits(
             trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
             drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
@@ -296,7 +374,9 @@ class Session:
             max_trials=max_trials, start_timeout_s=spec.run.start_timeout_s,
             # On an H200 a slow compile (6 s) outlasts a hundred trials: idle compile
             # processes may look four pools' worth down the queue.
-            hint_span=4 * placement.compile_workers)
+            hint_span=4 * placement.compile_workers,
+            announced=compiles,
+            compile_wait_s=compile_limit.fixed_s if compile_limit else spec.run.compile_limit_s)
 
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
@@ -311,30 +391,40 @@ class Session:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, err) as progress:
-                driver = Driver(self.space, RayRuntime(settings, placement, DEPTH),
-                                placement.workers, limits, log, tally, todo.tolist(), spent,
+                driver = Driver(self.space, RayRuntime(settings, placement, limits.max_batches),
+                                placement.workers, limits, log, tally, todo, spent,
                                 deaths, should_stop=lambda: stop.requested,
-                                on_snapshot=snapshot, observers=[progress])
+                                on_snapshot=snapshot,
+                                observers=[progress], compile_limit=compile_limit,
+                                on_compilers_up=self.prestart.stop_compiling
+                                if self.prestart else lambda: None)
                 try:
-                    if driver.run() == "complete" and not stop.requested:
+                    ending = driver.run()
+                    self.timeline.update(driver.timeline, trials_done=time.time())
+                    if ending == "complete" and not stop.requested:
                         finalists = self._retime_finalists(driver, tally, progress)
+                        self.timeline["finalists_done"] = time.time()
                 finally:
                     driver.close()
             state = "complete" if tally.done == tally.total else "interrupted"
         except DriverFailed as e:
             say(err, f"error: {e}")
         finally:
+            if replay_cache:
+                shutil.rmtree(replay_cache, ignore_errors=True)
             checkpoint.wait()
             first = driver.first_dispatch_at if driver else None
             try:
                 rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
-                                finalists, first)
+                                finalists, first, self.timeline)
             except OSError as e:
                 if not storage_error(e, self.path):
                     raise
                 # Already failing for the same reason: the artefacts on disk stay the last
                 # complete ones, and resume rebuilds them from the journal.
-        print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0)
+        # A retry stopped partway goes on only if asked again: say so in the hint.
+        again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
+        print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again)
         if state == "failed":
             return EXIT_FAILED
         if tally.best and (state == "complete" or cache_partial):
@@ -363,6 +453,34 @@ class Session:
         leader, timing = min(zip(leaders, timings), key=lambda p: (p[1].median_ms, p[0].index))
         tally.best = Best(leader.index, leader.config, timing.median_ms, leaders[0].device)
         return finalists
+
+
+def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:
+    return WorkerSettings(
+        backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
+        trial_timing=spec.timing.per_config(spec.run.finalists),
+        finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
+        tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
+        seed=spec.run.seed,
+        simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},
+        compile_timeout_s=spec.run.compile_limit_s,
+        kernel_path=str(Path.cwd()),
+        replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale})
+
+
+def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
+    """call() on a daemon thread: a run stopped meanwhile must not wait, at exit, for a
+    kernel module's import to end."""
+    future: Future[Spec] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as e:  # handed to whoever waits on the future
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="kernel-import", daemon=True).start()
+    return future
 
 
 def _make_dirs(path: Path) -> list[Path]:
@@ -405,7 +523,7 @@ def _remove_dirs(dirs: list[Path]) -> None:
 
 
 def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
-    if backend == "cuda":
+    if backend in ("cuda", "replay"):
         # Enough configs per batch that the compile pool works ahead of the GPU.
         return 2 * max(1, placement.compile_workers)
     if backend != "simulate":

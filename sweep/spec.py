@@ -21,12 +21,15 @@ from typing import Any
 
 import yaml
 
+from actors.replay import REPLAY_COLUMNS
 from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
 from sweep.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
 from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
 
-BACKENDS = ("auto", "cuda", "interpret", "simulate")
+BACKENDS = ("auto", "cuda", "interpret", "simulate", "replay")
+# Backends that run no kernel code: nothing is imported for them.
+KERNEL_FREE = ("simulate", "replay")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 MAX_POINTS = 50_000_000  # before constraints
 MAX_CONFIGS = 5_000_000  # after constraints
@@ -80,6 +83,16 @@ class RunOptions:
     finalists: int = 5  # the fastest few, re-timed side by side at the end (0: off)
     finalist_rounds: int = 3
     start_timeout_s: float = 60.0  # a worker not up by then is given up (see driver.py)
+    # How long one compile may take: "auto" (a limit learnt from this run's compile times,
+    # at most trial_timeout_s; see sweep/scheduling.py), seconds, or "off" (trial_timeout_s).
+    compile_timeout_s: float | str = "auto"
+
+    @property
+    def compile_limit_s(self) -> float:
+        """The fixed compile limit: the adaptive one never goes above it."""
+        if isinstance(self.compile_timeout_s, str):
+            return self.trial_timeout_s
+        return min(self.compile_timeout_s, self.trial_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,19 @@ class SimulateOptions:
     crash_rate: float = 0.0
     hang_rate: float = 0.0
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The replay backend: a recorded trial table played back on simulated GPUs and
+    compile slots (actors/replay.py)."""
+
+    table: str = ""  # a trials.parquet; relative paths are from the spec's directory
+    workers: int = 4
+    compile_slots: int = 4  # per simulated GPU
+    time_scale: float = 1.0  # recorded seconds are multiplied by this
+
+
 
 
 @dataclass(frozen=True)
@@ -108,6 +134,8 @@ class Spec:
     simulate: SimulateOptions
     kernel_source: str = ""  # SHA-256 of the kernel's source; empty for the simulate backend
     overridden: bool = field(default=False, compare=False)
+    replay: ReplayOptions = ReplayOptions()
+    replay_source: str = ""  # SHA-256 of the replayed table's bytes
 
     def expand(self) -> Space:
         try:
@@ -133,6 +161,8 @@ class Spec:
             sim = asdict(self.simulate)
             sim.pop("workers")
             ident["simulate"] = sim
+        if self.run.backend == "replay":
+            ident["replay"] = self.replay_source
         return ident
 
     @property
@@ -167,6 +197,7 @@ class Spec:
                        if self.timing.screen else "off"},
             "validation": asdict(self.validation) if self.validation else "off",
             "run": asdict(self.run), "simulate": asdict(self.simulate),
+            "replay": asdict(self.replay),
         }
         return "# normalised by sweep: the command line overrode the original spec\n" + \
             yaml.safe_dump(doc, sort_keys=False)
@@ -292,12 +323,17 @@ _CHECKS: dict[type, dict[str, Check]] = {
                                              "an integer >= 1 or null"),
         "seed": INTEGER, "finalist_rounds": AT_LEAST_ONE, "start_timeout_s": POSITIVE,
         "finalists": (lambda v: _is_int(v) and 0 <= v <= 16, "an integer from 0 to 16"),
+        "compile_timeout_s": (lambda v: v in ("auto", "off") or POSITIVE[0](v),
+                              "auto, off or a number of seconds > 0"),
     },
+    ReplayOptions: {"table": (lambda v: isinstance(v, str), "a path"),
+                    "workers": AT_LEAST_ONE, "compile_slots": AT_LEAST_ONE,
+                    "time_scale": POSITIVE},
     SimulateOptions: {"workers": AT_LEAST_ONE, "trial_ms": NON_NEGATIVE, "fail_rate": FRACTION,
                       "crash_rate": FRACTION, "hang_rate": FRACTION, "seed": INTEGER},
 }
 TOP_KEYS = ("name", "kernel", "problem", "space", "constraints", "timing", "validation", "run",
-            "simulate")
+            "simulate", "replay")
 
 
 class _Reader:
@@ -408,8 +444,13 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     constraints = _read_constraints(r, doc.get("constraints"), parameter_kinds(space))
     problem_as_written = _read_problem(r, doc.get("problem"))
     problem = dict(problem_as_written)
+    # Checked whatever the backend, as simulate is; the table is read only to replay it.
+    replay, replay_source = r.section(ReplayOptions, doc.get("replay"), "replay"), ""
+    written_table = replay.table
+    if run.backend == "replay":
+        replay, replay_source = _read_replay(r, replay)
     kernel_source = ""
-    if run.backend != "simulate" and import_kernel:
+    if run.backend not in KERNEL_FREE and import_kernel:
         try:
             kernel = load_kernel(kernel_name)
         except KernelError as e:
@@ -420,7 +461,30 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
-                kernel_source=kernel_source, overridden=backend is not None)
+                kernel_source=kernel_source,
+                # A relative table path would not survive the copy into the run directory.
+                overridden=backend is not None or replay.table != written_table,
+                replay=replay, replay_source=replay_source)
+
+
+def _read_replay(r: _Reader, options: ReplayOptions) -> tuple[ReplayOptions, str]:
+    if not options.table:
+        raise r.fail("replay.table", "required for run.backend: replay (a trials.parquet)")
+    table = (r.path.parent / options.table).absolute()
+    try:
+        data = table.read_bytes()
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(pa.BufferReader(data)).names
+    except (OSError, ValueError) as e:
+        raise r.fail("replay.table", f"cannot read {table} as Parquet "
+                                     f"({getattr(e, 'strerror', None) or e})") from None
+    missing = [c for c in REPLAY_COLUMNS if c not in names]
+    if missing:
+        raise r.fail("replay.table", f"{table} lacks the column(s) {', '.join(missing)} of a "
+                                     "trial table")
+    return replace(options, table=str(table)), hashlib.sha256(data).hexdigest()
 
 
 def _read_name(r: _Reader, name: Any) -> str:

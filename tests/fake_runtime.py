@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.compile_pool import CompileLimit
 from actors.timing import Timing
 from storage.records import TrialOutcome, TrialRecord
 from sweep.runtime import (
@@ -24,6 +25,7 @@ from sweep.runtime import (
     BatchDone,
     Event,
     Trial,
+    TrialBegan,
     TrialDone,
     WorkerLost,
     WorkerUp,
@@ -34,6 +36,7 @@ from sweep.runtime import (
 class Ok:
     seconds: float = 1.0
     latency_ms: float = 1.0
+    compile_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Dies:
 
     seconds: float = 1.0
     lose_records: int = 0
+    lose_start: bool = False  # its start is never announced (order mode)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class _Worker:
     up_at: float | None  # None: never up
     free_at: float  # when it can begin its next batch
     doomed: bool = False  # a scheduled death or hang: nothing after it runs
+    began: int = 0  # trials announced
 
 
 @dataclass
@@ -83,6 +88,9 @@ class FakeRuntime:
     # (worker, batch): its stream never ends after the last record (a frozen worker)
     hangs_after: Callable[[str, int], bool] = lambda *_: False
     give_up_at: float = 1e6  # a driver still polling then never would have finished
+    # Workers that run a batch's trials in another order and announce each start, as
+    # workers with a compile pool do: order(trials) gives the order they run in.
+    order: Callable[[list[Trial]], list[Trial]] | None = None
     device: str = "fake-gpu"
     epoch: float = 1_700_000_000.0
     now: float = 0.0
@@ -90,6 +98,7 @@ class FakeRuntime:
     started: list[str] = field(default_factory=list)
     killed: list[str] = field(default_factory=list)
     submitted: list[tuple[str, int, list[int]]] = field(default_factory=list)
+    limits: list[CompileLimit | None] = field(default_factory=list)
     retimed: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)
     _workers: dict[str, _Worker] = field(default_factory=dict)
     _events: list[tuple[float, int, Event]] = field(default_factory=list)
@@ -111,8 +120,10 @@ class FakeRuntime:
             self._at(at, WorkerUp(worker, self.device, "fake-node"))
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
-               ahead: Sequence[tuple[int, dict[str, Any]]]) -> None:
+               ahead: Sequence[tuple[int, dict[str, Any]]],
+               limit: CompileLimit | None = None) -> None:
         self.submitted.append((worker, batch, [t[0] for t in trials]))
+        self.limits.append(limit)
         w = self._workers.get(worker)
         if w is None or w.doomed:
             return
@@ -122,8 +133,12 @@ class FakeRuntime:
         t = max(w.free_at, self.now)
         self._at(t, BatchBegan(worker, batch))
         done: list[TrialDone] = []
-        for index, config, attempt in trials:
+        for index, config, attempt in (self.order(list(trials)) if self.order else trials):
             script = self.trial(index, config, attempt, worker)
+            if self.order is not None:
+                if not (isinstance(script, Dies) and script.lose_start):
+                    self._at(t, TrialBegan(worker, batch, index, w.began, ahead=True))
+                w.began += 1
             if isinstance(script, Hangs):
                 w.doomed = True
                 return
@@ -195,7 +210,8 @@ class FakeRuntime:
         if isinstance(script, Ok):
             outcome = TrialOutcome("ok", "passed", latency_ms=script.latency_ms,
                                    latency_p20_ms=script.latency_ms,
-                                   latency_p80_ms=script.latency_ms)
+                                   latency_p80_ms=script.latency_ms,
+                                   compile_ms=script.compile_ms)
         else:
             outcome = TrialOutcome(script.status, "skipped", error="scripted")  # type: ignore[arg-type]
         return TrialRecord.from_outcome(

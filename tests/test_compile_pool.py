@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.compile_pool import CompilePool
+from actors.compile_pool import CompileLimit, CompilePool
 
 PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float16"}
 CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
@@ -18,7 +18,7 @@ CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
 @pytest.fixture
 def pool(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    pool = CompilePool(2, "matmul", PROBLEM, seed=0, timeout_s=60)
+    pool = CompilePool(2, "matmul", PROBLEM, seed=0, limit=CompileLimit(60))
     yield pool
     pool.close()
 
@@ -53,7 +53,7 @@ def gated_pool(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, timeout_s=20)
+    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20))
     pool.wait_ready()
     yield pool
     pool.close()

@@ -219,7 +219,7 @@ def test_workers_that_keep_failing_to_start_end_the_run_failed():
 
 
 def test_a_stop_drains_running_trials_and_abandons_batches_not_begun():
-    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=2 if i < 2 else 10))
+    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=2 if i % 2 == 0 else 10))
     stop = {"now": False}
 
     class StopAfterFirst(Events):
@@ -230,12 +230,12 @@ def test_a_stop_drains_running_trials_and_abandons_batches_not_begun():
                           should_stop=lambda: stop["now"])
     driver.observers.append(StopAfterFirst())
     assert driver.run() == "stopped"
-    # Both workers were up at t=1: w1 runs batches [0] and [1] (2 s each), w2 [2] and [3]
-    # (10 s each). The stop comes with trial 0's record at t=3, when w1 has begun [1]:
-    # it finishes within the 3 s drain. Trial 2 would need until t=11: it spends an
-    # attempt. Batch [3] was never begun: it simply runs again later.
-    assert sorted(r.index for r in log.records) == [0, 1]
-    assert log.attempts == [SpentAttempt(2, 1, "interrupted")]
+    # Both workers were up at t=1; batches are dealt: w1 runs [0] and [2] (2 s each), w2
+    # [1] and [3] (10 s each). The stop comes with trial 0's record at t=3, when w1 has
+    # begun [2]: it finishes within the 3 s drain. Trial 1 would need until t=11: it spends
+    # an attempt. Batch [3] was never begun: it simply runs again later.
+    assert sorted(r.index for r in log.records) == [0, 2]
+    assert log.attempts == [SpentAttempt(1, 1, "interrupted")]
     assert rt.now == pytest.approx(3 + 3)
     assert sorted(rt.killed) == ["w1", "w2"]
 
@@ -266,3 +266,97 @@ def test_retiming_after_a_resume_with_nothing_left_starts_one_worker():
     assert len(timings) == 2 and rt.started == ["w1"]
     driver.close()
     assert rt.killed == ["w1"]
+
+
+ANNOUNCED = replace(LIMITS, announced=True, compile_wait_s=20, trial_timeout_s=5)
+
+
+def test_a_death_blames_the_trial_the_worker_announced_not_the_first_one_sent():
+    # Workers with a compile pool run whichever config compiled first: here the second of
+    # each batch. Trial 1 kills its worker every time.
+    rt = FakeRuntime(order=lambda trials: trials[::-1],
+                     trial=lambda i, c, a, w: Dies() if i == 1 else Ok())
+    driver, log, _ = make(4, rt, limits=ANNOUNCED, workers=1)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert rows[1].status == "crashed"
+    assert {rows[i].status for i in (0, 2, 3)} == {"ok"}
+    assert {a.index for a in log.attempts} == {1}
+
+
+def test_a_timeout_in_announced_order_is_recorded_on_the_announced_trial():
+    rt = FakeRuntime(order=lambda trials: trials[::-1],
+                     trial=lambda i, c, a, w: Hangs() if i == 1 else Ok())
+    driver, log, _ = make(4, rt, limits=ANNOUNCED, workers=1)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert rows[1].status == "timeout" and {rows[i].status for i in (0, 2, 3)} == {"ok"}
+
+
+def test_a_worker_that_waits_on_compiles_gets_the_compile_limit_before_it_is_replaced():
+    # w1 never begins its first batch (its compiles never end, and nothing stops them):
+    # nothing is announced, so no trial is blamed, and it is given the compile limit on
+    # top of the trial timeout before it is replaced.
+    rt = FakeRuntime(order=lambda trials: trials, freezes=lambda w, b: (w, b) == ("w1", 0))
+    driver, log, events = make(4, rt, limits=ANNOUNCED, workers=1)
+    assert driver.run() == "complete"
+    assert {r.status for r in log.by_index().values()} == {"ok"} and log.attempts == []
+    assert "w1" in rt.killed
+    assert any("no progress for 25 s waiting on compiles" in line for line in events.lines)
+
+
+def test_each_batch_carries_the_compile_limit_learnt_so_far():
+    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+
+    rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))  # every compile took 2 s
+    log, events = MemoryLog(), Events()
+    n = 2 * MIN_COMPILES
+    space = expand({"A": list(range(n))}, [])
+    limit = AdaptiveLimit(60.0, adaptive=True)
+    driver = Driver(space, rt, 1, replace(LIMITS, batch_size=4, depth=1), log,
+                    Tally(total=n), range(n), {}, {}, should_stop=lambda: False,
+                    on_snapshot=lambda: None, observers=[events], compile_limit=limit)
+    assert driver.run() == "complete"
+    assert rt.limits[0].seconds == 60.0 and rt.limits[0].p90_s is None
+    assert rt.limits[-1].seconds == 16.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
+
+
+def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
+    rt = FakeRuntime(order=lambda trials: trials)
+    calls = []
+    space = expand({"A": list(range(6))}, [])
+    driver = Driver(space, rt, 2, ANNOUNCED, MemoryLog(), Tally(total=6), range(6), {}, {},
+                    should_stop=lambda: False, on_snapshot=lambda: None,
+                    on_compilers_up=lambda: calls.append(rt.now))
+    assert driver.run() == "complete"
+    assert calls == [1.0]  # at the first trial that began, and only then
+
+
+def test_a_death_whose_start_message_was_lost_still_makes_a_suspect_and_ends_crashed():
+    # Trial 1 kills its worker before its start is announced, every time: without a
+    # suspect it would go round forever.
+    rt = FakeRuntime(order=lambda trials: trials,
+                     trial=lambda i, c, a, w: Dies(lose_start=True) if i == 1 else Ok())
+    driver, log, _ = make(4, rt, limits=ANNOUNCED, workers=1)
+    assert driver.run() == "complete"
+    rows = log.by_index()
+    assert rows[1].status == "crashed" and {rows[i].status for i in (0, 2, 3)} == {"ok"}
+
+
+def test_a_stop_awaits_the_trials_running_then_not_those_begun_after_it():
+    stop = {"now": False}
+
+    class StopAtFirstRecord(Events):
+        def on_records(self, records, tally) -> None:
+            stop["now"] = True
+
+    rt = FakeRuntime(order=lambda trials: trials, trial=lambda *_: Ok(seconds=2))
+    driver, log, _ = make(4, rt, limits=replace(ANNOUNCED, batch_size=4, drain_s=10),
+                          workers=1, should_stop=lambda: stop["now"])
+    driver.observers.append(StopAtFirstRecord())
+    assert driver.run() == "stopped"
+    # Up at t=1; trial 0 done at 3, when trial 1 begins: it is awaited (done at 5); trial
+    # 2, begun at 5, is not: it spends an attempt and runs again on resume.
+    assert sorted(r.index for r in log.records) == [0, 1]
+    assert log.attempts == [SpentAttempt(2, 1, "interrupted")]
+    assert rt.now == pytest.approx(5)

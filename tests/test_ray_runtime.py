@@ -20,7 +20,7 @@ def stuck_worker(ray_local):
             threading.Event().wait()
 
     handle = ray_local.remote(num_cpus=0)(Stuck).remote()
-    runtime = RayRuntime(settings=None, placement=Placement(workers=1), depth=2)  # type: ignore[arg-type]
+    runtime = RayRuntime(settings=None, placement=Placement(workers=1), batches=2)  # type: ignore[arg-type]
     runtime._actors["w1"] = _Actor(handle, ready=None)
     yield runtime
     runtime.kill("w1")

@@ -1,0 +1,131 @@
+"""Work a local GPU run begins before Ray is up.
+
+Starting Ray takes seconds (5-9 s on an H200 host), and so does each worker's own start
+(importing torch, setting up CUDA: 7 s more there; BENCHMARKS.md). Neither needs the
+other, and neither does compiling. So a run that starts its own Ray on a machine with GPUs
+first starts, on this machine, one kernel launcher per GPU (the process a worker times
+kernels in) and a compile pool that fills Triton's on-disk cache with the configs handed
+out first. Each worker then adopts its GPU's launcher instead of starting one
+(actors/launcher.py), and its own compile pool finds those configs compiled. The early
+pool stops once a worker's own pool is up (its first config compiled ahead): from then on
+the workers' pools have the CPUs. Until then a worker compiles in its launcher, mostly
+finding the early pool's work in the cache.
+
+Nothing here changes what a run records: a launcher that is not adopted, or a compile
+that did not finish, is only time not saved. The early pool's processes are spread over
+the GPUs (each sets up CUDA), and what any of these processes print goes to a log in their
+temporary directory, not to the user's terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from actors import child
+from actors.compile_pool import CompileLimit, CompilePool
+from actors.worker import WorkerSettings, launcher_payload
+
+# Spaces beyond this are not ordered up front (that needs every config): no early pool.
+MAX_EARLY_CONFIGS = 100_000
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids a local Ray instance will hand out, found without touching CUDA:
+    CUDA_VISIBLE_DEVICES where set, else the NVIDIA device files of this machine."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g for g in (x.strip() for x in listed.split(",")) if g and g != "-1"]
+    try:
+        count = sum(1 for name in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", name))
+    except OSError:
+        return []
+    return [str(i) for i in range(count)]
+
+
+@dataclass
+class Prestart:
+    launchers: dict[str, tuple[str, str, int]]  # GPU id -> (socket, key, pid)
+    processes: list[subprocess.Popen]
+    pool: CompilePool | None
+    directory: Path
+    log: IO[bytes]
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _pumping: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        if self.pool is not None:
+            # A pool hands out work when asked for results: nobody asks this one.
+            self._pumping = threading.Thread(target=self._pump, args=(self.pool,),
+                                             name="early-compiles", daemon=True)
+            self._pumping.start()
+
+    def _pump(self, pool: CompilePool) -> None:
+        try:
+            while not self._stop.is_set():
+                pool.take(())
+                pool.wait(0.05)
+        except (OSError, ValueError, RuntimeError):
+            return  # best effort: compile processes that cannot start save nothing
+
+    @classmethod
+    def begin(cls, settings: WorkerSettings,
+              configs: Sequence[tuple[int, dict[str, Any]]]) -> Prestart | None:
+        """settings: as the workers will get them, but for the problem, which may be the
+        spec's as written; configs: the first to be handed out, in order. Call from a
+        thread that outlives the run: the processes die with the thread that started
+        them."""
+        gpus = visible_gpus()
+        if not gpus:
+            return None
+        directory = Path(tempfile.mkdtemp(prefix="sweep-prestart-"))
+        # What these processes print (a kernel that fails to import, say) goes here: the
+        # run reports a bad spec in one line of its own.
+        log = open(directory / "stderr.log", "ab")  # noqa: SIM115 - closed in close()
+        launchers: dict[str, tuple[str, str, int]] = {}
+        processes: list[subprocess.Popen] = []
+        for gpu in gpus:
+            address, key = str(directory / f"launcher-{len(processes)}"), secrets.token_hex(16)
+            process = child.start_detached(
+                "actors.launcher:serve_prestarted", address, key, launcher_payload(settings),
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu}, stderr=log)
+            # Reaped as soon as it ends, so that a worker sees it gone, not a zombie.
+            threading.Thread(target=process.wait, daemon=True).start()
+            processes.append(process)
+            launchers[gpu] = (address, key, process.pid)
+        pool = None
+        if configs:
+            # The CPUs Ray and the launchers leave, spread over the GPUs (each process
+            # sets up CUDA); compiles run niced below the launchers.
+            size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
+            pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
+                               CompileLimit(settings.compile_timeout_s), settings.kernel_path,
+                               devices=gpus, stderr=log)
+            for index, config in configs:
+                pool.submit(index, config)
+        return cls(launchers, processes, pool, directory, log)
+
+    def stop_compiling(self) -> None:
+        if self.pool is not None:
+            self._stop.set()
+            if self._pumping is not None:
+                self._pumping.join(5)
+            self.pool.close()
+            self.pool = None
+
+    def close(self) -> None:
+        """Everything it started ends: adopted launchers die with their workers anyway."""
+        self.stop_compiling()
+        for process in self.processes:
+            child.kill_process(process)
+        self.log.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,81 @@
+"""What to compile first, and how long a compile may take.
+
+Two lessons of GPU sweeps (BENCHMARKS.md, GPU-NOTES): the configs that compile slowest are
+the largest tiles with the most stages, and a sweep that reaches them last ends with GPUs
+idle behind them; and a compile far beyond the rest of the run's is rarely worth waiting
+for (the neighbours of configs that never finished compiling ran 8-18x slower than the
+best), so the limit comes from the run's own compile times rather than one fixed number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from actors.compile_pool import CompileLimit, compile_weight
+from storage.records import TrialRecord
+from sweep.space import Space
+
+# Adaptive limit: once MIN_COMPILES compiles have ended, a compile may take FACTOR times
+# the run's p90, but never less than FLOOR_S nor more than the fixed limit. A "compile" of
+# under CACHE_HIT_MS found its binary in Triton's cache (or failed at once): it says
+# nothing of how long compiling takes, and a run whose first configs were compiled before
+# Ray was up (prestart.py) has many of them.
+MIN_COMPILES = 30
+FACTOR = 8.0
+FLOOR_S = 10.0
+CACHE_HIT_MS = 50.0
+
+
+def slowest_first(space: Space, todo: Iterable[int]) -> list[int]:
+    """todo in the order to hand out: the likely-slowest compile first, then the likely-
+    fastest, the second-slowest, the second-fastest, and so on (ties by index). The slow
+    compiles start early, so they are not the sweep's tail; the fast ones between them
+    keep the GPUs fed while they run (all slow ones first starved the GPUs: 0.80 of the
+    replay bound on one GPU against 0.9x interleaved; see BENCHMARKS.md)."""
+    indices = list(todo)
+    weights = [compile_weight(space.config(i)) for i in indices]
+    ranked = [indices[k] for k in sorted(range(len(indices)),
+                                         key=lambda k: (-weights[k], indices[k]))]
+    order = []
+    for k in range((len(ranked) + 1) // 2):
+        order.append(ranked[k])
+        if len(ranked) - 1 - k > k:
+            order.append(ranked[len(ranked) - 1 - k])
+    return order
+
+
+class AdaptiveLimit:
+    """The compile limit a run sends its workers: `fixed_s` until enough compiles have
+    ended, then FACTOR x their p90 within [FLOOR_S, fixed_s]; just `fixed_s` when
+    adaptive is off."""
+
+    def __init__(self, fixed_s: float, adaptive: bool,
+                 seen: Iterable[tuple[str, float | None]] = ()) -> None:
+        """seen: (status, compile_ms) of trials an earlier session recorded."""
+        self.fixed_s = fixed_s
+        self.adaptive = adaptive
+        self._ms: list[float] = []
+        self.current = CompileLimit(fixed_s)
+        self._observe(seen)
+
+    def observe(self, records: Iterable[TrialRecord]) -> None:
+        self._observe([(r.status, r.compile_ms) for r in records])
+
+    def _observe(self, seen: Iterable[tuple[str, float | None]]) -> None:
+        if self.adaptive:
+            # A compile stopped by a limit says only that it took longer: not a sample.
+            self._add(ms for status, ms in seen if status != "timeout")
+
+    def _add(self, ms: Iterable[float | None]) -> None:
+        before = len(self._ms)
+        self._ms.extend(m for m in ms if m is not None and math.isfinite(m)
+                        and m >= CACHE_HIT_MS)
+        if not self.adaptive or len(self._ms) < MIN_COMPILES or len(self._ms) == before:
+            return
+        p90 = float(np.percentile(self._ms, 90)) / 1e3
+        seconds = min(self.fixed_s, max(FLOOR_S, FACTOR * p90))
+        self.current = CompileLimit(seconds, p90) if seconds < self.fixed_s \
+            else CompileLimit(self.fixed_s)

@@ -1,0 +1,202 @@
+"""Compile-aware scheduling, measured through the replay backend: a recorded table played
+back on simulated GPUs and compile slots, through the real driver, Ray actors and workers.
+What a GPU run does with a slow compile is decided here on the CPU."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, sweep_cli, write_spec
+
+from actors.compile_pool import CompileLimit
+from actors.replay import Recorded, ReplayCompiler
+from storage.records import TrialOutcome, TrialRecord, canonical_json
+from sweep.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, slowest_first
+from sweep.space import expand
+
+T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
+
+
+def recorded_table(path: Path, rows: list[dict]) -> Path:
+    """A trial table as a GPU run writes it, with only the columns replay reads.
+    rows: config, compile_ms, gpu_ms, status (default ok), latency_ms, error."""
+    cols: dict[str, list] = {k: [] for k in (
+        "config", "status", "validation", "latency_ms", "latency_p20_ms", "latency_p80_ms",
+        "error", "compile_ms", "started_at", "finished_at")}
+    for r in rows:
+        status = r.get("status", "ok")
+        latency = r.get("latency_ms", 1.0) if status == "ok" else None
+        cols["config"].append(canonical_json(r["config"]))
+        cols["status"].append(status)
+        cols["validation"].append("passed" if status == "ok" else "skipped")
+        for k in ("latency_ms", "latency_p20_ms", "latency_p80_ms"):
+            cols[k].append(latency)
+        cols["error"].append(r.get("error"))
+        cols["compile_ms"].append(r["compile_ms"])
+        cols["started_at"].append(T0)
+        cols["finished_at"].append(T0 + timedelta(milliseconds=r.get("gpu_ms", 10)))
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def replay_spec(tmp_path: Path, space: dict, rows: list[dict], **run) -> Path:
+    recorded_table(tmp_path / "recorded.parquet", rows)
+    return write_spec(tmp_path / "replay.yaml", name="replay", kernel="matmul", space=space,
+                      run={"backend": "replay", "finalists": 0, **run},
+                      replay={"table": "recorded.parquet", "workers": 1, "compile_slots": 2})
+
+
+def table_rows(out: Path) -> list[dict]:
+    return pq.read_table(out / "trials.parquet").to_pylist()
+
+
+def test_a_compiled_config_runs_while_a_slow_one_still_compiles(ray_address, tmp_path):
+    # BLOCK 8 is the largest tile, so it is handed out and starts compiling first; it takes
+    # 1.5 s while the other seven compile in 0.05 s each on the second slot. A worker that
+    # ran configs in the order sent would idle its GPU 1.5 s behind it.
+    space = {"BLOCK": [1, 2, 3, 4, 5, 6, 7, 8]}
+    rows = [{"config": {"BLOCK": b}, "compile_ms": 1500 if b == 8 else 50,
+             "latency_ms": float(b)} for b in space["BLOCK"]]
+    spec = replay_spec(tmp_path, space, rows)
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--address", ray_address) == 0
+    got = sorted(table_rows(tmp_path / "run"), key=lambda r: r["started_at"])
+    order = [json.loads(r["config"])["BLOCK"] for r in got]
+    assert order[-1] == 8, order
+    assert [r["index"] for r in table_rows(tmp_path / "run")] == list(range(8))
+    slow = got[-1]
+    assert slow["compile_ms"] == pytest.approx(1500, abs=200)
+    # The other seven ran before the slow compile ended, back to back.
+    assert all(r["finished_at"] <= slow["started_at"] for r in got[:-1])
+
+
+def test_a_compile_past_the_fixed_limit_is_recorded_timeout_and_the_sweep_goes_on(
+        ray_address, tmp_path):
+    space = {"BLOCK": [1, 2, 3, 4]}
+    rows = [{"config": {"BLOCK": b}, "compile_ms": 5000 if b == 4 else 20} for b in [1, 2, 3, 4]]
+    spec = replay_spec(tmp_path, space, rows, compile_timeout_s=0.5)
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--address", ray_address) == 0
+    got = {json.loads(r["config"])["BLOCK"]: r for r in table_rows(tmp_path / "run")}
+    assert got[4]["status"] == "timeout", got[4]
+    assert "run.compile_timeout_s" in got[4]["error"]
+    assert got[4]["compile_ms"] == pytest.approx(500, abs=150)
+    assert {got[b]["status"] for b in (1, 2, 3)} == {"ok"}
+
+
+def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
+    never = Recorded("timeout", "skipped", None, None, None, "compile took longer than 60 s",
+                     float("inf"), 0.0)
+    quick = Recorded("ok", "passed", 1.0, 1.0, 1.0, None, 0.01, 0.0)
+    pool = ReplayCompiler({canonical_json({"c": "never"}): never,
+                           canonical_json({"c": "quick"}): quick}, 2, CompileLimit(60))
+    pool.set_limit(CompileLimit(0.2, p90_s=0.02))
+    pool.submit(0, {"c": "never"})
+    pool.submit(1, {"c": "quick"})
+    got: dict[int, object] = {}
+    while len(got) < 2:
+        taken = pool.take([0, 1])
+        if taken is None:
+            pool.wait(1.0)
+        else:
+            got[taken[0]] = taken[1]
+    assert got[1].ok
+    assert got[0].timed_out and not got[0].ok
+    assert "10x this run's p90 of 0.02 s" in got[0].error, got[0].error
+    assert got[0].compile_ms == pytest.approx(200, abs=100)
+
+
+def test_the_adaptive_limit_follows_the_runs_own_p90_within_floor_and_ceiling():
+    limit = AdaptiveLimit(60.0, adaptive=True)
+    limit._add([1000.0] * (MIN_COMPILES - 1))
+    assert limit.current == CompileLimit(60.0)  # too few compiles yet
+    limit._add([1000.0])
+    assert limit.current == CompileLimit(FLOOR_S, 1.0)  # 8 x 1 s is under the floor
+    limit._add([3000.0] * 300)  # the p90 is now 3 s
+    assert limit.current == CompileLimit(FACTOR * 3.0, 3.0)
+    limit._add([20_000.0] * 1000)  # 8 x 20 s is past the fixed limit: the fixed one holds
+    assert limit.current == CompileLimit(60.0)
+    fixed = AdaptiveLimit(60.0, adaptive=False, seen=[("ok", 1000.0)] * 100)
+    assert fixed.current == CompileLimit(60.0)
+    # Cache hits (a few ms) and compiles stopped by a limit are not samples.
+    resumed = AdaptiveLimit(60.0, adaptive=True, seen=[("ok", 5.0)] * 100 + [
+        ("timeout", 60_000.0)] * 100 + [("compile_error", 2000.0)] * (MIN_COMPILES - 1))
+    assert resumed.current == CompileLimit(60.0)
+    resumed.observe([TrialRecord.from_outcome(
+        0, {}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=2000.0), device="d",
+        node="n", worker="w", attempt=1, started_at=0.0, finished_at=1.0)])
+    assert resumed.current == CompileLimit(16.0, 2.0)
+
+
+def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them():
+    space = expand({"BLOCK_M": [16, 64], "BLOCK_N": [32, 128], "num_stages": [2, 4]}, [])
+    order = slowest_first(space, range(len(space)))
+    configs = [space.config(i) for i in order]
+    assert configs[0] == {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 4}  # the largest
+    assert configs[1] == {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 2}  # the smallest
+    weights = [c["BLOCK_M"] * c["BLOCK_N"] * c["num_stages"] for c in configs]
+    assert weights[0::2] == sorted(weights[0::2], reverse=True)
+    assert weights[1::2] == sorted(weights[1::2])
+    assert sorted(order) == list(range(len(space)))
+
+
+def test_replaying_the_checked_in_gpu_table_gives_back_its_outcomes_row_by_row(
+        ray_address, tmp_path):
+    spec = ROOT / "configs" / "replay-600.yaml"
+    out = tmp_path / "run"
+    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    got = pq.read_table(out / "trials.parquet").to_pylist()
+    recorded = {r["config"]: r for r in pq.read_table(
+        ROOT / "benchmarks" / "tables" / "matmul600-h200.parquet").to_pylist()}
+    assert len(got) == len(recorded) == 600
+    for row in got:
+        was = recorded[row["config"]]
+        assert (row["status"], row["latency_ms"], row["error"]) == \
+            (was["status"], was["latency_ms"], was["error"]), row["index"]
+    best = json.loads((out / "best.json").read_text())
+    ok = [r for r in got if r["status"] == "ok"]
+    assert best["latency_ms"] == min(r["latency_ms"] for r in ok)
+
+
+def test_resume_retry_timeout_runs_configs_a_compile_limit_stopped_under_the_trial_timeout(
+        ray_address, tmp_path):
+    space = {"BLOCK": [1, 2, 3, 4]}
+    rows = [{"config": {"BLOCK": b}, "compile_ms": 1500 if b == 4 else 20,
+             "latency_ms": 5.0 - b} for b in [1, 2, 3, 4]]
+    spec = replay_spec(tmp_path, space, rows, compile_timeout_s=0.5, trial_timeout_s=20)
+    out = tmp_path / "run"
+    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    first = {json.loads(r["config"])["BLOCK"]: r for r in table_rows(out)}
+    assert first[4]["status"] == "timeout"
+    journal_before_retry = (out / "journal.jsonl").read_bytes()
+    assert json.loads((out / "best.json").read_text())["config"] == {"BLOCK": 3}
+
+    assert sweep_cli("resume", out, "--retry", "timeout", "--address", ray_address) == 0
+    got = table_rows(out)
+    assert [r["index"] for r in got] == [0, 1, 2, 3]  # each index once, in order
+    again = {json.loads(r["config"])["BLOCK"]: r for r in got}
+    assert (again[4]["status"], again[4]["attempt"]) == ("ok", 2), again[4]
+    assert again[4]["compile_ms"] == pytest.approx(1500, abs=300)
+    assert all(again[b] == first[b] for b in (1, 2, 3))  # the others untouched
+    assert json.loads((out / "best.json").read_text())["config"] == {"BLOCK": 4}
+    journal = (out / "journal.jsonl").read_text().splitlines()
+    assert len(journal) == 5  # the timeout record stays; the retry's supersedes it
+
+    # Nothing left to retry: a complete run stays as it is.
+    assert sweep_cli("resume", out, "--retry", "timeout", "--address", ray_address) == 0
+    assert table_rows(out) == got
+
+    # The directory restored with the journal from before the retry: the table's newer
+    # attempt wins over the journal's older one, and goes back into the journal.
+    (out / "journal.jsonl").write_bytes(journal_before_retry)
+    assert sweep_cli("resume", out, "--address", ray_address) == 0
+    assert table_rows(out) == got
+    assert len((out / "journal.jsonl").read_text().splitlines()) == 5
+
+
+def test_retry_names_only_statuses_a_run_records(tmp_path, capsys):
+    assert sweep_cli("resume", tmp_path, "--retry", "slow") == 2
+    assert "--retry: expected statuses from compile_error" in capsys.readouterr().err

@@ -1,0 +1,234 @@
+"""The worker's runner (actors/worker.py) against a compile pool the test controls: it runs
+whichever config has compiled, announces each start, and runs configs itself while no
+compile process is up yet. And adoption of a launcher started before the worker
+(sweep/prestart.py), with real processes and Triton's interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from actors import child, worker
+from actors.compile_pool import Compiled, CompileLimit
+from actors.launcher import Launcher
+from actors.worker import BatchStarted, TrialStarted, TrialWorker, WorkerSettings
+from storage.records import TrialOutcome, TrialRecord
+
+SETTINGS = WorkerSettings(backend="simulate", kernel="matmul", problem={},
+                          trial_timing=(1, 1), finalist_timing=(1, 1), tolerance=None, seed=0,
+                          simulate={"trial_ms": 0, "fail_rate": 0, "crash_rate": 0,
+                                    "hang_rate": 0, "seed": 0})
+
+
+class ScriptedPool:
+    """Compiles finish when the test says so (finish()); started() as the test sets it."""
+
+    def __init__(self, up: bool = True) -> None:
+        self.up = up
+        self.submitted: list[int] = []
+        self.finished: list[int] = []
+        self.changed = threading.Condition()
+
+    def submit(self, key: int, config: Mapping[str, Any]) -> None:
+        self.submitted.append(key)
+
+    def hint(self, key: int, config: Mapping[str, Any]) -> None:
+        pass
+
+    def finish(self, key: int) -> None:
+        with self.changed:
+            self.finished.append(key)
+            self.changed.notify_all()
+
+    def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
+        with self.changed:
+            for key in keys:
+                if key in self.finished:
+                    self.finished.remove(key)
+                    return key, Compiled(True, 1.0)
+        return None
+
+    def wait(self, timeout_s: float) -> None:
+        with self.changed:
+            self.changed.wait(timeout_s)
+
+    def started(self) -> bool:
+        return self.up
+
+    def withdraw(self, key: int) -> bool:
+        if key in self.submitted:
+            self.submitted.remove(key)
+            return True
+        return False
+
+    def set_limit(self, limit: CompileLimit) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingBackend:
+    device_name = "recording"
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[int, Compiled | None]] = []
+
+    def run_trial(self, config: Mapping[str, Any], seed: int,
+                  compiled: Compiled | None = None) -> TrialOutcome:
+        self.ran.append((config["i"], compiled))
+        return TrialOutcome("ok", "skipped", latency_ms=1.0)
+
+    def retime(self, configs, rounds):  # pragma: no cover - not used here
+        raise AssertionError
+
+
+def make_worker(monkeypatch, pool: ScriptedPool) -> tuple[TrialWorker, RecordingBackend]:
+    backend = RecordingBackend()
+    monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
+    monkeypatch.setattr(worker, "make_backend", lambda settings: backend)
+    return TrialWorker(SETTINGS, "w1"), backend
+
+
+def trials(*indices: int) -> list[tuple[int, dict[str, Any], int]]:
+    return [(i, {"i": i}, 1) for i in indices]
+
+
+def test_the_config_compiled_first_runs_first_and_each_start_is_announced(monkeypatch):
+    pool = ScriptedPool()
+    w, backend = make_worker(monkeypatch, pool)
+    stream = w.run(0, trials(0, 1, 2))
+    pool.finish(2)  # configs 0 and 1 are still compiling
+    first = [next(stream), next(stream), next(stream)]
+    assert first[:2] == [BatchStarted(), TrialStarted(2, 0, ahead=True)]
+    assert isinstance(first[2], TrialRecord) and first[2].index == 2
+    pool.finish(1)
+    pool.finish(0)
+    rest = list(stream)
+    assert rest[0] in (TrialStarted(0, 1, ahead=True), TrialStarted(1, 1, ahead=True))
+    starts = [m for m in rest if isinstance(m, TrialStarted)]
+    records = [m for m in rest if isinstance(m, TrialRecord)]
+    assert [m.index for m in starts] == [r.index for r in records]
+    assert sorted(r.index for r in records) == [0, 1] and len(starts) == 2
+    assert all(compiled is not None for _, compiled in backend.ran)
+
+
+def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch):
+    pool = ScriptedPool()
+    w, _ = make_worker(monkeypatch, pool)
+    first: list[object] = []
+    reader = threading.Thread(target=lambda: first.extend(w.run(0, trials(0))))
+    reader.start()  # as Ray runs each batch's call on a thread of its own
+    deadline = time.monotonic() + 10
+    while not w._held and time.monotonic() < deadline:  # batch 0 is held, not compiled
+        reader.join(0.01)
+    second = w.run(1, trials(1))
+    pool.finish(1)
+    assert next(second) == BatchStarted()
+    assert next(second) == TrialStarted(1, 0, ahead=True)
+    assert next(second).index == 1  # config 0 is still compiling
+    assert first == []
+    pool.finish(0)
+    reader.join(10)
+    assert [type(m) for m in first] == [BatchStarted, TrialStarted, TrialRecord]
+
+
+def test_before_any_compile_process_is_up_the_worker_compiles_itself(monkeypatch):
+    pool = ScriptedPool(up=False)
+    w, backend = make_worker(monkeypatch, pool)
+    messages = list(w.run(0, trials(0, 1)))
+    records = [m for m in messages if isinstance(m, TrialRecord)]
+    assert [r.index for r in records] == [0, 1]
+    assert backend.ran == [(0, None), (1, None)]  # no result of the pool's: compiled inline
+    assert pool.submitted == []  # and taken back from the pool's queue
+    assert not any(m.ahead for m in messages if isinstance(m, TrialStarted))
+
+
+# --- launchers started before their worker ----------------------------------------------
+PAYLOAD = json.dumps({
+    "kernel": "matmul", "kernel_path": "", "interpret": True, "seed": 0,
+    "problem": {"M": 32, "N": 32, "K": 32, "dtype": "float16"},
+    "trial_timing": (1, 3), "finalist_timing": (1, 3), "tolerance": (0.01, 0.05)})
+CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}
+
+
+@pytest.fixture
+def prestarted(tmp_path):
+    address, key = str(tmp_path / "launcher"), secrets.token_hex(16)
+    process = child.start_detached("actors.launcher:serve_prestarted", address, key, PAYLOAD,
+                                   env={**os.environ, "TRITON_INTERPRET": "1"})
+    yield address, key, process
+    child.kill_process(process)
+
+
+def test_a_worker_adopts_the_launcher_started_for_it(prestarted):
+    address, key, process = prestarted
+    launcher = Launcher(PAYLOAD, adopt=(address, key, process.pid))
+    outcome = launcher.run_trial(CONFIG, seed=1)
+    assert (outcome.status, outcome.validation) == ("ok", "passed"), outcome
+    assert launcher._child is not None and launcher._child.process.pid == process.pid
+
+
+def test_a_launcher_that_cannot_be_adopted_is_replaced_by_the_workers_own(tmp_path):
+    launcher = Launcher(PAYLOAD, adopt=(str(tmp_path / "nobody"), "00", 999999))
+    assert launcher.run_trial(CONFIG, seed=1).status == "ok"
+    assert launcher._child is not None and launcher._child.process.pid != 999999
+    child.kill(launcher._child)
+
+
+def test_an_adopted_launcher_dies_with_the_worker_that_adopted_it(prestarted):
+    address, key, process = prestarted
+    adopter = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from actors.launcher import Launcher; "
+        f"l = Launcher(sys.argv[1], adopt=({address!r}, {key!r}, {process.pid})); "
+        "print(l.wait_ready(), flush=True); sys.stdin.read()"), PAYLOAD],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert adopter.stdout.readline().strip() == "cpu-interpreter"  # adopted and served
+    adopter.send_signal(signal.SIGKILL)
+    adopter.wait()
+    assert process.wait(timeout=10) == 0  # it noticed within its 0.2 s watch, not never
+
+
+def test_a_failure_on_a_batchs_last_trial_ends_that_batchs_stream(monkeypatch):
+    # The batch leaves the worker's holdings when its last trial is taken; a failure while
+    # running that trial must still reach its stream, or the driver waits on it for ever.
+    pool = ScriptedPool()
+    w, backend = make_worker(monkeypatch, pool)
+
+    def broken(config, seed, compiled=None):
+        raise RuntimeError("the launching process failed to start")
+
+    backend.run_trial = broken
+    pool.finish(0)
+    ended: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            list(w.run(0, trials(0)))
+        except RuntimeError as e:
+            ended.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "the batch's stream never ended"
+    assert "failed to start" in str(ended[0])
+
+
+def test_before_its_pool_is_up_the_worker_compiles_the_likely_quickest_config_first(
+        monkeypatch):
+    pool = ScriptedPool(up=False)
+    w, backend = make_worker(monkeypatch, pool)
+    big, small = {"i": 0, "BLOCK": 256, "num_stages": 4}, {"i": 1, "BLOCK": 16, "num_stages": 2}
+    list(w.run(0, [(0, big, 1), (1, small, 1)]))
+    assert [i for i, _ in backend.ran] == [1, 0]  # the small tile first, not the order sent
