@@ -217,25 +217,6 @@ class CompilePool:
                     return key, self._done.pop(key)
         return None
 
-    def result(self, key: int) -> Compiled:
-        """Block until `key` is compiled, failed, or timed out."""
-        while True:
-            got = self.take([key])
-            if got is not None:
-                return got[1]
-            with self._lock:
-                if not self._in_flight(key):
-                    raise KeyError(f"config {key} was never submitted")
-            self.wait(0.05)
-
-    def wait_ready(self) -> None:
-        while True:
-            with self._lock:
-                self._pump()
-                if all(p.ready for p in self._procs):
-                    return
-            self.wait(0.05)
-
     def wait(self, timeout_s: float) -> None:
         """Wait for a reply without the lock: a thread holding it across the wait would
         keep a submitting thread out (Python's locks are not fair) until its own result

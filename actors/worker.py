@@ -197,10 +197,11 @@ class TrialWorker:
                 # the one it was running among them (already out of _held if that was its
                 # last trial)
                 with self._changed:
-                    failing = [*self._held, *([running] if running not in self._held else [])]
+                    failing = list(self._held)
+                    if running is not None and running not in failing:
+                        failing.append(running)
                     for held in failing:
-                        if held is not None:
-                            held.out.put(WorkerFailed(f"{type(e).__name__}: {e}"))
+                        held.out.put(WorkerFailed(f"{type(e).__name__}: {e}"))
                     self._held.clear()
 
     def _next(self) -> tuple[_Held, tuple[int, dict[str, Any], int], Compiled | None]:

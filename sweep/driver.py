@@ -413,7 +413,9 @@ class Driver:
         if slot is None:
             return  # a worker already given up
         now = self.runtime.monotonic()
-        self.timeline.setdefault(_PHASES[type(event)], self.runtime.time())
+        phase = _PHASES[type(event)]
+        if phase not in self.timeline:
+            self.timeline[phase] = self.runtime.time()
         if isinstance(event, WorkerUp):
             slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
             if all(s.up for s in self.slots):
@@ -437,7 +439,6 @@ class Driver:
             if batch is None or k is None:
                 return
             del batch.trials[k]
-            self.timeline["last_trial_done"] = self.runtime.time()
             if slot.running == record.index:
                 slot.running = None
             slot.since, slot.failed_starts = now, 0
@@ -573,6 +574,7 @@ class Driver:
         self.log.commit(records, attempts)
         if not records:
             return
+        self.timeline["last_trial_done"] = self.runtime.time()
         if self.compile_limit is not None:
             self.compile_limit.observe(records)
         self.tally.add(records)

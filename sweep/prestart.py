@@ -19,6 +19,7 @@ temporary directory, not to the user's terminal.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -26,7 +27,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -35,8 +36,9 @@ from actors import child
 from actors.compile_pool import CompileLimit, CompilePool
 from actors.worker import WorkerSettings, launcher_payload
 
-# Spaces beyond this are not ordered up front (that needs every config): no early pool.
-MAX_EARLY_CONFIGS = 100_000
+# Configs given to the early pool, per compile process: more than it gets through while Ray
+# starts (seconds; a compile takes about half a second); the workers' pools do the rest.
+EARLY_PER_PROCESS = 32
 
 
 def visible_gpus() -> list[str]:
@@ -79,7 +81,7 @@ class Prestart:
 
     @classmethod
     def begin(cls, settings: WorkerSettings,
-              configs: Sequence[tuple[int, dict[str, Any]]]) -> Prestart | None:
+              configs: Iterable[tuple[int, dict[str, Any]]]) -> Prestart | None:
         """settings: as the workers will get them, but for the problem, which may be the
         spec's as written; configs: the first to be handed out, in order. Call from a
         thread that outlives the run: the processes die with the thread that started
@@ -102,16 +104,14 @@ class Prestart:
             threading.Thread(target=process.wait, daemon=True).start()
             processes.append(process)
             launchers[gpu] = (address, key, process.pid)
-        pool = None
-        if configs:
-            # The CPUs Ray and the launchers leave, spread over the GPUs (each process
-            # sets up CUDA); compiles run niced below the launchers.
-            size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
-            pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
-                               CompileLimit(settings.compile_timeout_s), settings.kernel_path,
-                               devices=gpus, stderr=log)
-            for index, config in configs:
-                pool.submit(index, config)
+        # The CPUs Ray and the launchers leave, spread over the GPUs (each process sets up
+        # CUDA); compiles run niced below the launchers.
+        size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
+        pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
+                           CompileLimit(settings.compile_timeout_s), settings.kernel_path,
+                           devices=gpus, stderr=log)
+        for index, config in itertools.islice(configs, EARLY_PER_PROCESS * size):
+            pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)
 
     def stop_compiling(self) -> None:

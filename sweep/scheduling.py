@@ -27,15 +27,19 @@ MIN_COMPILES = 30
 FACTOR = 8.0
 FLOOR_S = 10.0
 CACHE_HIT_MS = 50.0
+# 0.2 s to order on the 2-core machine; a GPU space is rarely larger.
+MAX_ORDERED = 100_000
 
 
-def slowest_first(space: Space, todo: Iterable[int]) -> list[int]:
+def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
     """todo in the order to hand out: the likely-slowest compile first, then the likely-
     fastest, the second-slowest, the second-fastest, and so on (ties by index). The slow
     compiles start early, so they are not the sweep's tail; the fast ones between them
-    keep the GPUs fed while they run (all slow ones first starved the GPUs: 0.80 of the
-    replay bound on one GPU against 0.9x interleaved; see BENCHMARKS.md)."""
+    keep the GPUs fed while they run (all slow ones first starved the GPUs in replay; see
+    BENCHMARKS.md). Beyond MAX_ORDERED configs, index order: ordering needs every config."""
     indices = list(todo)
+    if len(indices) > MAX_ORDERED:
+        return indices
     weights = [compile_weight(space.config(i)) for i in indices]
     ranked = [indices[k] for k in sorted(range(len(indices)),
                                          key=lambda k: (-weights[k], indices[k]))]

@@ -44,13 +44,13 @@ from storage.snapshot import (
 )
 from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
 from sweep.driver import Driver, DriverFailed, Limits
-from sweep.prestart import MAX_EARLY_CONFIGS, Prestart
+from sweep.prestart import Prestart
 from sweep.progress import ProgressReporter
 from sweep.ray_runtime import RayRuntime
 from sweep.report import print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
 from sweep.runtime import Placement, RetimeAbandoned
-from sweep.scheduling import AdaptiveLimit, slowest_first
+from sweep.scheduling import AdaptiveLimit, compile_order
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
@@ -104,6 +104,7 @@ class Session:
     # `sweep resume --retry`: recorded statuses whose configs run again (a new attempt,
     # which supersedes the record), compiles limited by run.trial_timeout_s alone
     retry: frozenset[str] = frozenset()
+    order: list[int] | None = None  # every config in compile order, once computed
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None,
@@ -223,8 +224,9 @@ class Session:
             if not self.meta and cluster.starts_local(address) and \
                     self.spec.run.backend in ("auto", "cuda") and \
                     os.environ.get("SWEEP_PRESTART") != "0":
-                self.prestart = Prestart.begin(_worker_settings(self.spec, "cuda"),
-                                               self._early_configs())
+                self.prestart = Prestart.begin(
+                    _worker_settings(self.spec, "cuda"),
+                    ((i, self.space.config(i)) for i in self._full_order()))
             with ThreadPoolExecutor(1) as pool:
                 loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                     if self.meta and loaded is None else None
@@ -278,13 +280,12 @@ class Session:
         again = loaded.records.filter(self._retry_mask(loaded.records))
         return again if again.num_rows else None
 
-    def _early_configs(self) -> list[tuple[int, dict[str, Any]]]:
-        """The configs to compile before Ray is up: all of them, in the order they will be
-        handed out (a new run's)."""
-        if len(self.space) > MAX_EARLY_CONFIGS:
-            return []
-        return [(i, self.space.config(i)) for i in slowest_first(self.space,
-                                                                range(len(self.space)))]
+    def _full_order(self) -> list[int]:
+        """Every config in the order to hand out (a new run's), computed once: before Ray
+        starts for the early compiles, then for the driver's queue."""
+        if self.order is None:
+            self.order = compile_order(self.space, range(len(self.space)))
+        return self.order
 
     def _repair_complete(self, run: RunDir, loaded: Loaded) -> str:
         """A complete run resumed again: nothing is run, and nothing intact is rewritten
@@ -351,7 +352,8 @@ class Session:
         compile_limit = None
         if compiles:
             # The likely-slowest compiles go first, so that they are not the sweep's tail.
-            todo = slowest_first(self.space, todo)
+            todo = self._full_order() if len(todo) == len(self.space) \
+                else compile_order(self.space, todo)
             compile_limit = AdaptiveLimit(
                 spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
                 seen=zip(loaded.records.column("status").to_pylist(),

@@ -9,10 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from actors.compile_pool import CompileLimit, CompilePool
+from actors.compile_pool import Compiled, CompileLimit, CompilePool
 
 PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float16"}
 CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
+
+
+def result(pool: CompilePool, key: int) -> Compiled:
+    """Wait for `key` as a worker's runner does: take, else wait without the pool's lock."""
+    while True:
+        got = pool.take([key])
+        if got is not None:
+            return got[1]
+        with pool._lock:
+            if not pool._in_flight(key):
+                raise KeyError(f"config {key} was never submitted")
+        pool.wait(0.05)
+
+
+def wait_ready(pool: CompilePool) -> None:
+    while not all(p.ready for p in pool._procs):
+        pool.take(())
+        pool.wait(0.05)
 
 
 @pytest.fixture
@@ -26,21 +44,21 @@ def pool(monkeypatch):
 def test_results_come_back_for_every_submitted_key(pool):
     for key in range(5):
         pool.submit(key, {**CONFIG, "BLOCK_N": 16 * (key + 1)})
-    results = {key: pool.result(key) for key in reversed(range(5))}
+    results = {key: result(pool, key) for key in reversed(range(5))}
     assert all(r.ok and r.compile_ms is not None for r in results.values()), results
     with pytest.raises(KeyError):
-        pool.result(99)
+        result(pool, 99)
 
 
 def test_a_killed_compile_process_is_replaced(pool):
     pool.submit(0, CONFIG)
-    assert pool.result(0).ok
+    assert result(pool, 0).ok
     victim = pool._procs[0].child.process.pid
     os.killpg(victim, signal.SIGKILL)
     pool._procs[0].child.process.wait()  # dead before the next task is handed to it
     for key in range(1, 4):
         pool.submit(key, CONFIG)
-    results = [pool.result(key) for key in range(1, 4)]
+    results = [result(pool, key) for key in range(1, 4)]
     assert all(r.ok for r in results), results
     assert victim not in {p.child.process.pid for p in pool._procs}
     assert pool.size == 2
@@ -54,16 +72,16 @@ def gated_pool(monkeypatch):
         p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20))
-    pool.wait_ready()
+    wait_ready(pool)
     yield pool
     pool.close()
 
 
 def wait_in_other_thread(pool: CompilePool, gate: Path) -> tuple[threading.Thread, dict]:
-    """Submit a config whose compile waits at the gate; a thread blocks in result()."""
+    """Submit a config whose compile waits at the gate; a thread waits in result()."""
     pool.submit(1, {"GATE": str(gate), "ROLE": "wait"})
     got: dict[int, object] = {}
-    waiting = threading.Thread(target=lambda: got.update({1: pool.result(1)}))
+    waiting = threading.Thread(target=lambda: got.update({1: result(pool, 1)}))
     waiting.start()
     while not (gate / "waiting").exists():  # config 1 is compiling, result() waits
         waiting.join(0.01)
@@ -71,13 +89,13 @@ def wait_in_other_thread(pool: CompilePool, gate: Path) -> tuple[threading.Threa
 
 
 def test_a_batch_queued_behind_a_waiting_one_starts_compiling_at_once(gated_pool, tmp_path):
-    # The worker's running batch blocks in result() while the next batch submits from
+    # The worker's running batch waits in result() while the next batch submits from
     # another thread; config 1's compile finishes only once config 2's has run.
     waiting, got = wait_in_other_thread(gated_pool, tmp_path)
     gated_pool.submit(2, {"GATE": str(tmp_path), "ROLE": "open"})
     waiting.join(30)
     assert got[1].ok, got[1]
-    assert gated_pool.result(2).ok
+    assert result(gated_pool, 2).ok
 
 
 def test_hinted_configs_compile_on_idle_processes_and_count_when_submitted(gated_pool,
@@ -87,6 +105,6 @@ def test_hinted_configs_compile_on_idle_processes_and_count_when_submitted(gated
     waiting.join(30)
     assert got[1].ok, got[1]
     gated_pool.submit(2, {"GATE": str(tmp_path), "ROLE": "open"})
-    assert gated_pool.result(2).ok
+    assert result(gated_pool, 2).ok
     with pytest.raises(KeyError):
-        gated_pool.result(2)  # handed out once, not compiled again
+        result(gated_pool, 2)  # handed out once, not compiled again

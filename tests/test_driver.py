@@ -45,12 +45,13 @@ class Events:
 
 
 def make(n: int, runtime: FakeRuntime, limits: Limits = LIMITS, workers: int = 2,
-         should_stop=lambda: False, todo=None, spent=None, deaths=None):
+         should_stop=lambda: False, todo=None, spent=None, deaths=None, **driver_args):
     log, events = MemoryLog(), Events()
     space = expand({"A": list(range(n))}, [])
     driver = Driver(space, runtime, workers, limits, log, Tally(total=n),
                     range(n) if todo is None else todo, spent or {}, deaths or {},
-                    should_stop=should_stop, on_snapshot=lambda: None, observers=[events])
+                    should_stop=should_stop, on_snapshot=lambda: None, observers=[events],
+                    **driver_args)
     return driver, log, events
 
 
@@ -309,13 +310,8 @@ def test_each_batch_carries_the_compile_limit_learnt_so_far():
     from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
 
     rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))  # every compile took 2 s
-    log, events = MemoryLog(), Events()
-    n = 2 * MIN_COMPILES
-    space = expand({"A": list(range(n))}, [])
-    limit = AdaptiveLimit(60.0, adaptive=True)
-    driver = Driver(space, rt, 1, replace(LIMITS, batch_size=4, depth=1), log,
-                    Tally(total=n), range(n), {}, {}, should_stop=lambda: False,
-                    on_snapshot=lambda: None, observers=[events], compile_limit=limit)
+    driver, _, _ = make(2 * MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=4, depth=1),
+                        workers=1, compile_limit=AdaptiveLimit(60.0, adaptive=True))
     assert driver.run() == "complete"
     assert rt.limits[0].seconds == 60.0 and rt.limits[0].p90_s is None
     assert rt.limits[-1].seconds == 16.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
@@ -324,10 +320,7 @@ def test_each_batch_carries_the_compile_limit_learnt_so_far():
 def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
     rt = FakeRuntime(order=lambda trials: trials)
     calls = []
-    space = expand({"A": list(range(6))}, [])
-    driver = Driver(space, rt, 2, ANNOUNCED, MemoryLog(), Tally(total=6), range(6), {}, {},
-                    should_stop=lambda: False, on_snapshot=lambda: None,
-                    on_compilers_up=lambda: calls.append(rt.now))
+    driver, _, _ = make(6, rt, limits=ANNOUNCED, on_compilers_up=lambda: calls.append(rt.now))
     assert driver.run() == "complete"
     assert calls == [1.0]  # at the first trial that began, and only then
 

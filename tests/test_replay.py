@@ -16,7 +16,7 @@ from conftest import ROOT, sweep_cli, write_spec
 from actors.compile_pool import CompileLimit
 from actors.replay import Recorded, ReplayCompiler
 from storage.records import TrialOutcome, TrialRecord, canonical_json
-from sweep.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, slowest_first
+from sweep.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order
 from sweep.space import expand
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -133,7 +133,7 @@ def test_the_adaptive_limit_follows_the_runs_own_p90_within_floor_and_ceiling():
 
 def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them():
     space = expand({"BLOCK_M": [16, 64], "BLOCK_N": [32, 128], "num_stages": [2, 4]}, [])
-    order = slowest_first(space, range(len(space)))
+    order = compile_order(space, range(len(space)))
     configs = [space.config(i) for i in order]
     assert configs[0] == {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 4}  # the largest
     assert configs[1] == {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 2}  # the smallest
