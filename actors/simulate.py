@@ -28,22 +28,28 @@ def draws(seed: int, config: Mapping[str, Any]) -> tuple[float, float]:
 
 
 class SimulatedBackend:
-    device_name = "simulated"
-
     def __init__(self, *, trial_ms: float, fail_rate: float, crash_rate: float,
-                 hang_rate: float, seed: int) -> None:
+                 hang_rate: float, seed: int, device: str = "") -> None:
+        """device: a simulated device type (simulate.devices), with latencies of its own;
+        "" the one untyped kind."""
+        self.device_name = device or "simulated"
+        self._salt = {"@device": device} if device else {}  # no parameter has that name
         self.trial_ms = trial_ms
         self.fail_rate = fail_rate
         self.crash_rate = crash_rate
         self.hang_rate = hang_rate
         self.seed = seed
 
-    def latency_ms(self, config: Mapping[str, Any]) -> float:
-        return (self.trial_ms or 1.0) * (0.5 + draws(self.seed, config)[1])
+    def latency_ms(self, config: Mapping[str, Any], speed: float | None = None) -> float:
+        if speed is None:
+            speed = draws(self.seed, {**config, **self._salt})[1]
+        return (self.trial_ms or 1.0) * (0.5 + speed)
 
     def run_trial(self, config: Mapping[str, Any], seed: int = 0,
                   compiled: object = None) -> TrialOutcome:
-        fate, _ = draws(self.seed, config)
+        fate, speed = draws(self.seed, config)  # the same fate on every device type
+        if self._salt:
+            speed = draws(self.seed, {**config, **self._salt})[1]
         if fate < self.fail_rate:
             return TrialOutcome("compile_error", "skipped",
                                 error="simulated compile error (simulate.fail_rate)")
@@ -53,7 +59,7 @@ class SimulatedBackend:
             threading.Event().wait()  # never returns: the driver's timeout must catch it
         if self.trial_ms > 0:
             time.sleep(self.trial_ms / 1e3)
-        latency = self.latency_ms(config)
+        latency = self.latency_ms(config, speed)
         return TrialOutcome("ok", "skipped", latency_ms=latency,
                             latency_p20_ms=latency * 0.98, latency_p80_ms=latency * 1.02)
 

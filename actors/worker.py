@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from actors.compile_pool import Compiled, CompileLimit, Compiler, compile_weight
 from actors.timing import Timing
+from storage.lines import encode
 from storage.records import TrialOutcome, TrialRecord
 
 
@@ -47,13 +48,33 @@ class TrialStarted:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """Records of trials that finished one after another, and their journal lines, encoded
+    here when the worker knows the run (WorkerSettings.run): encoding is most of the
+    driver's cost per trial otherwise. Pickled as plain values, for the same reason."""
+
+    records: tuple[TrialRecord, ...]
+    lines: tuple[bytes | None, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _finished, ([r.values() for r in self.records], self.lines)
+
+
+def _finished(values: list[tuple[Any, ...]], lines: tuple[bytes | None, ...]) -> Finished:
+    return Finished(tuple(map(TrialRecord.from_values, values)), lines)
+
+
+@dataclass(frozen=True)
 class WorkerFailed:
     """The runner thread raised (a bug): the batch's stream ends in this error."""
 
     text: str
 
 
-WorkerMessage = BatchStarted | TrialStarted | TrialRecord
+WorkerMessage = BatchStarted | TrialStarted | Finished
+MAX_CHUNK = 4096  # messages a batch's stream sends at once
+LINGER_S = 0.02  # how long a fast stream of records waits to send more at once
+FAST_S = 0.002  # a stream is fast while its lists go out at most this far apart
 
 
 class Backend(Protocol):
@@ -64,6 +85,17 @@ class Backend(Protocol):
                   compiled: Compiled | None = None) -> TrialOutcome: ...
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]: ...
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What TrialWorker.run gets. One object, so Ray pickles it whole: given a list, Ray's
+    msgpack walks every trial in Python, a cost per trial the driver pays."""
+
+    number: int
+    trials: list[tuple[int, dict[str, Any], int]]  # index, config, attempt
+    ahead: Sequence[tuple[int, dict[str, Any]]] = ()
+    limit: CompileLimit | None = None
 
 
 @dataclass(frozen=True)
@@ -84,13 +116,14 @@ class WorkerSettings:
     replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
     # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
     prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
+    run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
 
 
-def make_backend(settings: WorkerSettings) -> Backend:
+def make_backend(settings: WorkerSettings, kind: str = "") -> Backend:
     if settings.backend == "simulate":
         from actors.simulate import SimulatedBackend
 
-        return SimulatedBackend(**settings.simulate)
+        return SimulatedBackend(**settings.simulate, device=kind)
     if settings.backend == "replay":
         from actors.replay import ReplayBackend
 
@@ -126,6 +159,36 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
     return None
 
 
+class _Chunk:
+    """Messages gathered for one send; consecutive records go as one Finished."""
+
+    def __init__(self) -> None:
+        self._done: list[WorkerMessage] = []
+        self._records: list[TrialRecord] = []
+        self._lines: list[bytes | None] = []
+        self.size = 0
+
+    def add(self, message: WorkerMessage) -> int:
+        """Returns how many records it added."""
+        self.size += 1
+        if isinstance(message, Finished):
+            self._records += message.records
+            self._lines += message.lines
+            return len(message.records)
+        self._flush()
+        self._done.append(message)
+        return 0
+
+    def _flush(self) -> None:
+        if self._records:
+            self._done.append(Finished(tuple(self._records), tuple(self._lines)))
+            self._records, self._lines = [], []
+
+    def messages(self) -> list[WorkerMessage]:
+        self._flush()
+        return self._done
+
+
 @dataclass
 class _Held:
     """A batch the worker holds: the trials not yet begun, and its outgoing messages."""
@@ -137,11 +200,14 @@ class _Held:
 
 
 class TrialWorker:
-    def __init__(self, settings: WorkerSettings, name: str) -> None:
+    def __init__(self, settings: WorkerSettings, name: str, kind: str = "") -> None:
+        """kind: the device type it was placed for (Placement.kinds), which a simulated
+        device takes as its name."""
         # Started first: its processes boot while this one sets up the device.
         self.pool = make_compiler(settings)
-        self.backend = make_backend(settings)
+        self.backend = make_backend(settings, kind)
         self.seed = settings.seed
+        self.run_id = settings.run
         self.name = name
         self.node = socket.gethostname()
         self._held: list[_Held] = []  # in batch order
@@ -156,12 +222,11 @@ class TrialWorker:
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
                 "pid": os.getpid()}
 
-    def run(self, number: int, trials: list[tuple[int, dict[str, Any], int]],
-            ahead: Sequence[tuple[int, dict[str, Any]]] = (),
-            limit: CompileLimit | None = None) -> Iterator[WorkerMessage]:
-        """Hold batch `number`: its configs start compiling at once, and `ahead` (configs
-        some worker will get soon) when the pool has nothing else to do. Streams the
-        batch's messages until every trial is reported."""
+    def run(self, batch: Batch) -> Iterator[list[WorkerMessage]]:
+        """Hold the batch: its configs start compiling at once, and `ahead` (configs some
+        worker will get soon) when the pool has nothing else to do. Streams the batch's
+        messages, in lists of those ready at once, until every trial is reported."""
+        number, trials, ahead, limit = batch.number, batch.trials, batch.ahead, batch.limit
         held = _Held(number, list(trials))
         if self.pool is not None:
             if limit is not None:
@@ -175,12 +240,33 @@ class TrialWorker:
             self._held.sort(key=lambda h: h.number)
             self._changed.notify_all()
         reported = 0
+        sent = -LINGER_S  # when the last message list went
         while reported < len(trials):
+            # Whatever has piled up goes as one message list: at thousands of trials a
+            # second the cost is per list, at both ends. So while records come that fast
+            # (the last list went under FAST_S ago) more are awaited for up to LINGER_S.
+            # A record after a pause, or a start (which the driver's timeouts and blame go
+            # by), waits for nothing.
+            chunk = _Chunk()
             message = held.out.get()
-            if isinstance(message, WorkerFailed):
-                raise RuntimeError(message.text)
-            reported += isinstance(message, TrialRecord)
-            yield message
+            now = time.monotonic()
+            until = now + LINGER_S if now - sent < FAST_S else now
+            while True:
+                if isinstance(message, WorkerFailed):
+                    if chunk.size:
+                        yield chunk.messages()
+                    raise RuntimeError(message.text)
+                reported += chunk.add(message)
+                if reported >= len(trials) or chunk.size >= MAX_CHUNK:
+                    break
+                if not isinstance(message, Finished):
+                    until = 0.0
+                try:
+                    message = held.out.get(timeout=max(0.0, until - time.monotonic()))
+                except queue.Empty:
+                    break
+            sent = time.monotonic()
+            yield chunk.messages()
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
         with self._device:
@@ -257,6 +343,7 @@ class TrialWorker:
         seed = hash((self.seed, index)) & 0x7FFFFFFF
         with self._device:
             outcome = self.backend.run_trial(config, seed, compiled)
-        held.out.put(TrialRecord.from_outcome(
+        record = TrialRecord.from_outcome(
             index, config, outcome, device=device, node=self.node,
-            worker=self.name, attempt=attempt, started_at=started, finished_at=time.time()))
+            worker=self.name, attempt=attempt, started_at=started, finished_at=time.time())
+        held.out.put(Finished((record,), (encode(record, self.run_id) if self.run_id else None,)))

@@ -1,7 +1,8 @@
 """The append-only trial journal: the durable truth of a run.
 
 One JSON object a line, appended and fsync'd before the trials count as done (group commit:
-the driver appends everything that arrived in one loop turn at once). An append that fails
+the driver appends what arrived over a few milliseconds at once; workers encode their own
+records' lines, storage/lines.py). An append that fails
 (a full disk, an I/O error) is cut back off the file, so nothing of it counts and later
 appends follow a clean line. A crash can tear only the last line, which carries no newline
 yet; reading ignores it and opening for append cuts it off.
@@ -22,36 +23,36 @@ import hashlib
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
+from storage.lines import (
+    ATTEMPT_EVENTS,
+    RUN_FIELD,
+    check_run,
+    encode,
+)
 from storage.records import (
     MAX_ERROR_CHARS,
     STATUSES,
     VALIDATIONS,
     TrialRecord,
-    canonical_json,
 )
 from storage.schema import RECORD_COLUMNS, RECORD_SCHEMA
 from storage.table import TABLE_RANGES
 
-RUN_FIELD = "run"  # the journal-only field: the fingerprint of the run that wrote the line
 JOURNAL_SCHEMA = RECORD_SCHEMA.append(pa.field(RUN_FIELD, pa.string()))
-_RUN = re.compile(r"[0-9a-f]{16}")
-
-AttemptEvent = Literal["died", "interrupted"]
-ATTEMPT_EVENTS: tuple[str, ...] = get_args(AttemptEvent)
 
 _CHUNK = 64 * 1024  # how much to read at a time when looking backwards for a newline
+PARSE_BLOCK = 32 << 20  # how much of the journal is parsed at a time
 MARK_WINDOW = 1 << 20  # line_mark hashes at most this much of a (pathologically long) line
 
 
@@ -78,35 +79,12 @@ class RecordCheck:
     expected_configs: Callable[[np.ndarray], pa.Array]
 
     def __post_init__(self) -> None:
-        _check_run(self.run)
+        check_run(self.run)
         if self.total < 0:
             raise ValueError(f"total {self.total} is negative")
 
 
-def _check_run(run: str) -> None:
-    if not isinstance(run, str) or not _RUN.fullmatch(run):
-        raise ValueError(f"a run's fingerprint is 16 lowercase hex digits, not {run!r}")
-
-
 # -- writing -----------------------------------------------------------------------------
-
-def encode(record: TrialRecord, run: str) -> bytes:
-    """One journal line: the record, its config as canonical JSON, and the run's fingerprint."""
-    _check_run(run)
-    data = record.to_json()
-    data["config"] = canonical_json(data["config"])
-    data[RUN_FIELD] = run
-    return (json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n").encode()
-
-
-def encode_attempt(index: int, attempt: int, event: AttemptEvent, run: str) -> bytes:
-    """An attempt spent without a record: its worker "died", or the run was "interrupted"."""
-    _check_run(run)
-    if event not in ATTEMPT_EVENTS:
-        raise ValueError(f"unknown attempt event {event!r}")
-    line = {"index": index, "attempt": attempt, "event": event, RUN_FIELD: run}
-    return (json.dumps(line, separators=(",", ":")) + "\n").encode()
-
 
 class Journal:
     """Appends lines durably, all of a group or none. Opening cuts a torn tail left by a
@@ -469,7 +447,10 @@ def read_journal(path: Path, check: RecordCheck, start: int = 0,
     index, in the record columns; and the byte offset where the complete part of the
     journal ends. Every record must pass `check`, else JournalError names the first that
     does not ("<path>: line N: ..."); only the torn, newline-less tail is ignored."""
-    data = b""
+    parts: list[pa.Table] = []
+    if before is not None and before.num_rows:
+        parts.append(_checked_before(path, before, check, start))
+    end = start  # where the complete lines read so far end
     if path.exists():
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -479,17 +460,21 @@ def read_journal(path: Path, check: RecordCheck, start: int = 0,
             if start > 0 and os.pread(f.fileno(), 1, start - 1) != b"\n":
                 raise JournalError(f"{path}: byte {start} does not begin a line")
             f.seek(start)
-            data = f.read()
+            # A block at a time: a million-trial journal is hundreds of MB, which the
+            # parsed rows need not sit next to.
+            rest = b""
+            while block := f.read(PARSE_BLOCK):
+                data = rest + block
+                n = data.rfind(b"\n") + 1  # a torn last line has no newline yet
+                if n:
+                    parts.append(_checked_lines(path, data, n, check, end))
+                    end += n
+                rest = data[n:]
     elif start > 0:
         raise JournalError(f"{path}: missing, but {start} bytes of it were read before")
-    n = data.rfind(b"\n") + 1  # the complete part; a torn last line has no newline yet
-    parts: list[pa.Table] = []
-    if before is not None and before.num_rows:
-        parts.append(_checked_before(path, before, check, start))
-    if n:
-        parts.append(_checked_lines(path, data, n, check, start))
     table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
-    return latest_per_index(table), start + n
+    del parts
+    return latest_per_index(table), end
 
 
 def _checked_before(path: Path, before: pa.Table, check: RecordCheck, start: int) -> pa.Table:

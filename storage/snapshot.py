@@ -47,6 +47,8 @@ class Snapshot:
     finalists: list[dict[str, Any]] = field(default_factory=list)
     # When this session reached each phase (wall clock): where a command's seconds went.
     timeline: dict[str, float] = field(default_factory=dict)
+    # The best on each device type the run's records name (one entry on a cluster of one).
+    by_device: dict[str, Best] = field(default_factory=dict)
 
 
 def _checksum(body: dict[str, Any]) -> str:
@@ -66,7 +68,8 @@ def read_snapshot(path: Path) -> Snapshot:
         if doc["sha256"] != _checksum(body):
             raise SnapshotError(f"{path}: checksum mismatch (file damaged)")
         best = Best(**body["best"]) if body["best"] is not None else None
-        return Snapshot(**{**body, "best": best})
+        by_device = {d: Best(**b) for d, b in body.get("by_device", {}).items()}
+        return Snapshot(**{**body, "best": best, "by_device": by_device})
     except SnapshotError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -86,12 +89,16 @@ def read_best(path: Path, fingerprint: str) -> dict[str, Any] | None:
     return doc
 
 
-BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists")
+BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists",
+             "by_device")
 
 
 def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool,
-               finalists: list[dict[str, Any]] | None = None) -> None:
-    """finalists: the fastest few re-timed side by side, which chose `best` (may be empty)."""
+               finalists: list[dict[str, Any]] | None = None,
+               by_device: dict[str, Best] | None = None) -> None:
+    """finalists: the fastest few re-timed side by side, which chose `best` (may be empty;
+    each names the device type it was re-timed on). by_device: the best of each device
+    type; `best` is the fastest of them."""
     doc = {
         "config": best.config if best else None,
         "index": best.index if best else None,
@@ -100,5 +107,7 @@ def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool
         "partial": partial,
         "fingerprint": fingerprint,
         "finalists": finalists or [],
+        "by_device": {d: {"config": b.config, "index": b.index, "latency_ms": b.latency_ms}
+                      for d, b in sorted((by_device or {}).items())},
     }
     write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())

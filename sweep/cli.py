@@ -1,4 +1,4 @@
-"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`.
+"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`.
 
 Exit codes: 0 complete (or stopped by --max-trials), 1 internal failure (a full disk
 among them), 2 bad input, 130 stopped by SIGINT, 143 stopped by SIGTERM. Progress goes to
@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise a run directory")
     report.add_argument("dir", type=Path)
     report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
+    from sweep.submit import add_arguments
+
+    add_arguments(sub.add_parser("submit", help="run a sweep on a Ray cluster as a Ray Job"))
     return p
 
 
@@ -130,6 +133,10 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
             return cached_best(args.spec, out)
         if args.max_trials is not None and args.max_trials < 1:
             raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
+        if args.command == "submit":
+            from sweep.submit import submit
+
+            return submit(args, stop, out, err)
         from sweep.session import Session
 
         retry = _retry_statuses(args.retry) if args.command == "resume" else frozenset()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import ray
 
+from sweep.ray_runtime import TYPE_RESOURCE
 from sweep.runtime import Placement
 from sweep.spec import Spec, SpecError
 
@@ -32,39 +34,99 @@ class ConnectAbandoned(Exception):
 
 
 _abandoned = threading.Event()
+_lost = threading.Event()
+
+
+def mark_lost() -> None:
+    """The cluster's GCS is gone: ray.shutdown() would wait on it (24 s, measured), and
+    Ray's exit hook calls it again."""
+    _lost.set()
+
+
+def lost() -> bool:
+    return _lost.is_set()
 
 
 def abandoned() -> bool:
     """Whether a ray.init was left running in a thread: the process must then end with
     os._exit, since Ray's exit hooks could wait on it."""
-    return _abandoned.is_set()
+    return _abandoned.is_set() or _lost.is_set()
 
 
-def connect(address: str | None, stop_requested: Callable[[], bool]) -> bool:
-    """Join the cluster at address (or RAY_ADDRESS), else start a local instance.
-    Returns whether this call started Ray (and so should stop it)."""
+def connect(address: str | None, stop_requested: Callable[[], bool],
+            say: Callable[[str], None] = lambda message: None) -> bool:
+    """Join the cluster target(address) names, else start a private local instance.
+    Returns whether this call started or joined Ray (and so should shut it down)."""
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    joining = target(address)
     common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-    if address:
+    if joining is not None:
+        if (address or os.environ.get("RAY_ADDRESS") or "auto") == "auto":
+            say(f"joining the Ray cluster started on this machine at {joining} "
+                "(--address local starts a private one instead)")
+
         def join() -> None:
-            _probe(address)  # its name lookup, too, may take long
-            ray.init(address=address, **common)
+            _probe(joining)  # its name lookup, too, may take long
+            ray.init(address=joining, **common)
 
         with _neutral_cwd():
-            _join_responsively(join, address, stop_requested)
+            _join_responsively(join, joining, stop_requested)
         return True
     # Ray's processes die with the thread that starts them (PR_SET_PDEATHSIG), so a local
     # instance starts on this, the main thread; a signal meanwhile only sets the stop flag.
+    # "local": Ray would otherwise look for a cluster of its own accord (and refuse
+    # num_cpus for one it found).
     with _neutral_cwd(), _without_rays_sigterm_handler():
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                 **common)
     return True
+
+
+def target(address: str | None) -> str | None:
+    """The cluster a run joins: --address, else RAY_ADDRESS, else the one `ray start`
+    began on this machine, if it still answers (as `ray` commands do). None: start a
+    private local instance, which "local" asks for even when a cluster runs here; "auto"
+    insists on the cluster found here."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "local":
+        return None
+    if address is not None and address != "auto":
+        return address
+    found = _started_here()
+    if found is None and address == "auto":
+        raise SpecError("--address auto: no Ray cluster started with `ray start` answers on "
+                        "this machine; give the head's address, or leave --address out to "
+                        "start a private one")
+    return found
 
 
 def starts_local(address: str | None) -> bool:
     """Whether connect(address) will start a Ray instance on this machine."""
-    return not (ray.is_initialized() or address or os.environ.get("RAY_ADDRESS"))
+    if ray.is_initialized():
+        return False
+    try:
+        return target(address) is None
+    except SpecError:
+        return False  # connect() reports it
+
+
+def _started_here() -> str | None:
+    """The address `ray start --head` recorded on this machine, if something listens
+    there: a cluster that was killed leaves its record behind."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    locate = getattr(utils, "get_ray_address_file", None)  # a private helper of Ray's
+    path = Path(locate(None)) if locate else Path("/tmp/ray/ray_current_cluster")
+    try:
+        found = path.read_text().strip()
+    except OSError:
+        return None
+    host, _, port = found.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
+            return found
+    except (OSError, ValueError):
+        return None
 
 
 def _probe(address: str) -> None:
@@ -96,24 +158,94 @@ def _join_responsively(init: Callable[[], object], address: str,
             failure.append(e)
 
     thread = threading.Thread(target=join, name="ray-connect", daemon=True)
-    thread.start()
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while thread.is_alive():
-        if stop_requested():
-            _abandoned.set()
-            raise ConnectAbandoned("stopped while joining the Ray cluster")
-        if time.monotonic() >= deadline:
-            _abandoned.set()
-            raise SpecError(f"--address: no Ray cluster answered at {address} within "
-                            f"{CONNECT_TIMEOUT_S:g} s; is that the head's GCS port "
-                            "(6379 by default)?")
-        thread.join(0.1)
+    with _RaysStderr() as stderr:
+        thread.start()
+        while thread.is_alive():
+            if stop_requested():
+                _abandoned.set()
+                raise ConnectAbandoned("stopped while joining the Ray cluster")
+            if stderr.refused.is_set():
+                _abandoned.set()
+                raise SpecError(_refused_token(address))
+            if time.monotonic() >= deadline:
+                _abandoned.set()
+                raise SpecError(f"--address: no Ray cluster answered at {address} within "
+                                f"{CONNECT_TIMEOUT_S:g} s; is that the head's GCS port "
+                                "(6379 by default)?")
+            thread.join(0.1)
     if failure:
         e = failure[0]
         if isinstance(e, ConnectionError):
             raise SpecError(f"--address: cannot join the Ray cluster at {address} "
                             f"({str(e).splitlines()[0][:300]})") from None
+        if isinstance(e, RuntimeError) and str(e).startswith("Version mismatch"):
+            versions = " ".join(str(e).split())
+            raise SpecError(f"--address: the Ray cluster at {address} runs other versions "
+                            f"than this process ({versions[:400]}); install the cluster's "
+                            "Ray and Python here, or run sweep on the head node") from None
         raise e
+
+
+class _RaysStderr:
+    """While joining, fd 2 goes through a pipe. A cluster with token authentication that
+    refuses this process's token (or its lack of one) shows only as a line Ray's C++ client
+    logs on each of 20 tries over 20 s, before a ConnectionError that does not name the
+    cause; here the first such line ends the wait, and none is shown. Every other line
+    passes through. (After a refusal the thread still inside ray.init tries once a second
+    until the process ends, which is sooner.)"""
+
+    MARK = b"InvalidAuthToken"
+
+    def __init__(self) -> None:
+        self.refused = threading.Event()
+        self._saved = -1
+
+    def __enter__(self) -> _RaysStderr:
+        try:
+            self._saved = os.dup(2)
+            read_end, write_end = os.pipe()
+        except OSError:  # no fd 2, or no fds left: join unfiltered
+            return self
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        threading.Thread(target=self._pass, args=(read_end,), name="ray-stderr",
+                         daemon=True).start()
+        return self
+
+    def _pass(self, read_end: int) -> None:
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                if self.MARK in line:
+                    self.refused.set()
+                else:
+                    with contextlib.suppress(OSError):
+                        os.write(self._saved, line)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved < 0:
+            return
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # closes the pipe's write end: the reader ends
+        os.close(self._saved)
+
+
+def _refused_token(address: str) -> str:
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    default = Path.home() / ".ray" / "auth_token"
+    where = "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else \
+        f"{path} (RAY_AUTH_TOKEN_PATH)" if path else str(default) if default.exists() else None
+    head = f"--address: the Ray cluster at {address} uses token authentication"
+    if where is None:
+        return (f"{head} and this machine has no token; set RAY_AUTH_MODE=token and "
+                "RAY_AUTH_TOKEN to the cluster's token (`ray get-auth-token` on the head "
+                "prints it), or put it in ~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        # Ray sends a token to an address given explicitly only in token mode.
+        return (f"{head}; a token is in {where}, but Ray sends it only with "
+                "RAY_AUTH_MODE=token: set that too")
+    return (f"{head} and refused the token in {where}; use the cluster's token "
+            "(`ray get-auth-token` on the head prints it)")
 
 
 @contextlib.contextmanager
@@ -156,10 +288,54 @@ def resolve_backend(spec: Spec) -> str:
     return requested
 
 
+def device_types() -> dict[str, int]:
+    """GPUs per accelerator type on the cluster's live nodes, by the resource Ray labels
+    such a node with (`accelerator_type:H100`); "" for GPUs of a node without one."""
+    counts: dict[str, int] = {}
+    for node in ray.nodes():
+        resources = node.get("Resources", {}) if node.get("Alive") else {}
+        gpus = int(resources.get("GPU", 0))
+        if gpus:
+            label = next((k[len(TYPE_RESOURCE):] for k in resources
+                          if k.startswith(TYPE_RESOURCE)), "")
+            counts[label] = counts.get(label, 0) + gpus
+    return counts
+
+
+def labelled_types() -> set[str]:
+    """The accelerator types some node of the cluster is labelled with."""
+    return {k[len(TYPE_RESOURCE):] for k in ray.cluster_resources()
+            if k.startswith(TYPE_RESOURCE)}
+
+
+def _kinds(spec: Spec, available: dict[str, int], cap: int | None, what: str
+           ) -> tuple[str, ...]:
+    """A device type per worker: every type the spec allows, a worker per device of it,
+    at most `cap` in all."""
+    allowed = spec.run.accelerator_types
+    if allowed is not None:
+        missing = [t for t in allowed if t not in available]
+        if len(missing) == len(allowed):
+            has = ", ".join(f"{t or 'unlabelled'} x{n}" for t, n in sorted(available.items()))
+            raise SpecError(f"{spec.path}: run.accelerator_types: the cluster has no "
+                            f"{what} of type {', '.join(allowed)} (it has: {has or 'none'})")
+    kinds = [t for t, n in sorted(available.items()) if allowed is None or t in allowed
+             for _ in range(n)]
+    return tuple(kinds[:cap] if cap else kinds)
+
+
 def placement(spec: Spec, backend: str) -> Placement:
     cap = spec.run.workers
     if backend == "simulate":
-        return Placement(workers=cap or spec.simulate.workers, num_cpus=0)
+        if spec.simulate.devices:
+            kinds = _kinds(spec, dict(spec.simulate.devices), cap, "simulated device")
+            return Placement(workers=len(kinds), num_cpus=0, kinds=kinds,
+                             resources=spec.simulate.resources)
+        if spec.run.accelerator_types is not None:
+            raise SpecError(f"{spec.path}: run.accelerator_types: the simulate backend's "
+                            "device types are simulate.devices, and it names none")
+        return Placement(workers=cap or spec.simulate.workers, num_cpus=0,
+                         resources=spec.simulate.resources)
     if backend == "replay":
         return Placement(workers=cap or spec.replay.workers, num_cpus=0,
                          compile_workers=spec.replay.compile_slots)
@@ -168,8 +344,13 @@ def placement(spec: Spec, backend: str) -> Placement:
         gpus = int(resources.get("GPU", 0))
         # The node's other CPUs compile ahead of its GPUs: one for each worker itself.
         per_gpu = int(resources.get("CPU", 1)) // max(gpus, 1)
-        return Placement(workers=min(cap or gpus, gpus), num_gpus=1, num_cpus=1,
-                         compile_workers=max(1, per_gpu - 1))
+        available = device_types()
+        # One type, and no choice among types: workers go wherever a GPU is free.
+        kinds = _kinds(spec, available, cap, "GPU") \
+            if len(available) > 1 or spec.run.accelerator_types is not None else ()
+        return Placement(workers=len(kinds) if kinds else min(cap or gpus, gpus),
+                         num_gpus=1, num_cpus=1, compile_workers=max(1, per_gpu - 1),
+                         kinds=kinds)
     cpus = max(1, int(resources.get("CPU", 1)))
     return Placement(workers=min(cap or cpus, cpus), num_cpus=1,
                      env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})

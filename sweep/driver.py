@@ -3,7 +3,8 @@
 Each worker keeps `depth` batches' worth of trials in flight (from when it is up; one that
 announces its trials, from its start), dealt from the queue like cards; as records arrive
 (events from a Runtime, see sweep/runtime.py) they are committed to the run's log in one
-durable write per loop turn and only then counted. Because records stream, the driver
+durable write per COMMIT_EVERY_S (on a thread, overlapping the loop) and only then
+counted. Because records stream, the driver
 knows which trial each worker is running and since when, so:
 - a trial past its timeout is recorded `timeout`, its worker killed and replaced; a worker
   that makes no progress between batches, or waits on its compiles past the compile limit,
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -42,7 +44,7 @@ from sweep.runtime import (
     Runtime,
     Trial,
     TrialBegan,
-    TrialDone,
+    TrialsDone,
     WorkerLost,
     WorkerUp,
 )
@@ -51,6 +53,8 @@ from sweep.space import Space
 from sweep.tally import Tally
 
 Ending = Literal["complete", "stopped", "budget"]
+COMMIT_EVERY_S = 0.02  # the longest a finished trial waits for its durable write
+_UNSENT: dict[str, Any] = {}  # never changed
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,12 @@ class SpentAttempt:
 
 
 class TrialLog(Protocol):
-    """Where finished trials go: durably, before they count (see sweep/rundir.py)."""
+    """Where finished trials go: durably, before they count (see sweep/rundir.py). lines:
+    each record's journal line where its worker encoded it (else None), aligned with
+    records: encoding is most of the driver's cost per trial, and workers run in parallel."""
 
-    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None: ...
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],
+               lines: list[bytes | None]) -> None: ...
 
 
 class Observer(Protocol):
@@ -121,12 +128,22 @@ class _Batch:
                 return k
         return None
 
+    def take(self, records: Sequence[TrialRecord]) -> set[int]:
+        """Mark these records' trials reported; returns the indices that were pending
+        here (a record for anything else is stale and ignored)."""
+        reported = {r.index for r in records}
+        done = {t[0] for t in self.trials if t[0] in reported}
+        if done:
+            self.trials = [t for t in self.trials if t[0] not in done]
+        return done
+
 
 @dataclass
 class _Slot:
     """A place for one worker; it outlives the workers that fill it."""
 
     name: str = ""
+    kind: str = ""  # the device type its workers ask for ("" any)
     batches: deque[_Batch] = field(default_factory=deque)
     device: str = "unknown"
     node: str = "unknown"
@@ -151,7 +168,7 @@ class _Slot:
 
 
 _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_trial_began",
-                            TrialBegan: "first_trial_began", TrialDone: "first_trial_done",
+                            TrialBegan: "first_trial_began", TrialsDone: "first_trial_done",
                             BatchDone: "first_batch_done", WorkerLost: "first_worker_lost"}
 
 
@@ -165,16 +182,20 @@ class Driver:
                  deaths: dict[int, int], should_stop: Callable[[], bool],
                  on_snapshot: Callable[[], None], observers: Iterable[Observer] = (),
                  compile_limit: AdaptiveLimit | None = None,
-                 on_compilers_up: Callable[[], None] = lambda: None) -> None:
+                 on_compilers_up: Callable[[], None] = lambda: None,
+                 kinds: Sequence[str] = ()) -> None:
         """on_compilers_up: called once, when a worker first runs a config its compile
-        pool compiled (so the pool is up)."""
+        pool compiled (so the pool is up). kinds: the device type each worker asks for
+        (Placement.kinds; empty: any)."""
         self.space = space
         self.runtime = runtime
         self.workers = workers
         self.limits = limits
         self.log = log
         self.tally = tally
-        self.queue: deque[Trial] = deque((i, {}, spent.get(i, 0) + 1) for i in todo)
+        # Configs are looked up when sent: a queued trial holds a shared empty one (at a
+        # million trials, a dict each would be a hundred MB).
+        self.queue: deque[Trial] = deque((i, _UNSENT, spent.get(i, 0) + 1) for i in todo)
         self.deaths = dict(deaths)
         # A trial whose worker died (possibly in an earlier session) runs alone next time.
         self.probation: set[int] = set(deaths)
@@ -184,6 +205,8 @@ class Driver:
         self.compile_limit = compile_limit
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
         self.slots: list[_Slot] = []
+        self.kinds = list(kinds)
+        self._kind_of: dict[str, str] = {}  # device name -> the kind that gave it
         self.dispatched = 0
         self.first_dispatch_at: float | None = None  # wall clock
         # First and all workers up, first trial begun and done, last trial done (wall clock).
@@ -191,9 +214,14 @@ class Driver:
         self._serial = 0
         self._hinted: set[int] = set()
         self._records: list[TrialRecord] = []
+        self._lines: list[bytes | None] = []
         self._attempts: list[SpentAttempt] = []
         self._stopping = False
+        # What a stop awaits: (worker, trial announced running) or (worker, batch begun).
         self._draining: set[tuple[str, int | None]] = set()
+        self._committed = 0.0  # when _commit last ran (monotonic)
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[list[TrialRecord]] | None = None  # a group being made durable
 
     # --- workers -------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
@@ -203,7 +231,7 @@ class Driver:
         slot.batches.clear()
         slot.up, slot.sent, slot.running, slot.began = False, 0, None, -1
         slot.born = self.runtime.monotonic()
-        self.runtime.start(slot.name)
+        self.runtime.start(slot.name, slot.kind)
 
     def _replace(self, slot: _Slot) -> None:
         self.runtime.kill(slot.name)
@@ -243,8 +271,8 @@ class Driver:
     def run(self) -> Ending:
         if not self.queue:
             return "complete"
-        for _ in range(min(self.workers, max(1, len(self.queue)))):
-            slot = _Slot()
+        for k in range(min(self.workers, max(1, len(self.queue)))):
+            slot = _Slot(kind=self.kinds[k] if self.kinds else "")
             self.slots.append(slot)
             self._start(slot)
         last_snapshot = self.runtime.monotonic()
@@ -253,20 +281,33 @@ class Driver:
             while True:
                 if stopping_at is None and self.should_stop():
                     self._stopping = True
-                    # What runs now is awaited; what a worker begins after this is not.
-                    self._draining = {(s.name, s.running) for s in self.slots}
+                    # What runs now is awaited; what a worker begins after this is not: the
+                    # trials announced running, or (workers running in order) the batches
+                    # begun.
+                    self._draining = {(s.name, s.running) for s in self.slots} \
+                        if self.limits.announced else \
+                        {(s.name, b.number) for s in self.slots for b in s.batches if b.started}
                     stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
                     self._dispatch()
                 if self._finished(stopping_at):
                     break
-                for event in self.runtime.poll(self._wait_budget(stopping_at)):
+                # With a write in flight, look for events without waiting for any: if none
+                # came, the write is awaited (below) rather than left uncounted.
+                events = self.runtime.poll(
+                    0.0 if self._writing is not None else self._wait_budget(stopping_at))
+                for event in events:
                     self._handle(event)
                 self._check_timeouts()
                 if stopping_at is None:
                     self._check_starts()
-                self._commit()
+                # While records stream in, a write per COMMIT_EVERY_S, overlapping the loop;
+                # as soon as they pause, at once and awaited.
+                if not events:
+                    self._commit(final=True)
+                elif self.runtime.monotonic() - self._committed >= COMMIT_EVERY_S:
+                    self._commit()
                 if self.runtime.monotonic() - last_snapshot >= self.limits.snapshot_every_s:
                     self.on_snapshot()
                     last_snapshot = self.runtime.monotonic()
@@ -276,7 +317,7 @@ class Driver:
         if stopping_at is not None:
             self.close(cancelled=True)
             return "stopped"
-        self._commit()
+        self._commit(final=True)
         return "budget" if self.queue else "complete"
 
     def _finished(self, stopping_at: float | None) -> bool:
@@ -287,7 +328,8 @@ class Driver:
                 running = any(s.running is not None and (s.name, s.running) in self._draining
                               for s in self.slots)
             else:
-                running = any(b.started and b.pending for s in self.slots for b in s.batches)
+                running = any(b.started and b.pending and (s.name, b.number) in self._draining
+                              for s in self.slots for b in s.batches)
             return not running or self.runtime.monotonic() >= stopping_at
         # A batch whose every record arrived counts as done even if its stream never ended
         # (a worker frozen right after its last record): close() stops that worker.
@@ -312,18 +354,34 @@ class Driver:
             deadlines.append(stopping_at)
         return max(min(deadlines) - now, 0.0)
 
-    def retime(self, configs: list[dict[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: list[dict[str, Any]], rounds: int,
+               device: str | None = None) -> list[Timing]:
         """Re-time finalists interleaved on one worker, so they share one device's
-        conditions. Call after a complete run, before close()."""
-        slot = next((s for s in self.slots if s.up), None)
-        if slot is None:  # a resumed run whose trials were all done before
-            slot = self._await_worker()
+        conditions: one of the given device type, if any. Call after a complete run,
+        before close()."""
+        slot = self._worker_on(device)
         # Each round times every finalist once: about one trial's worth of work.
         return self.runtime.retime(slot.name, configs, rounds,
                                    rounds * self.limits.trial_timeout_s, self.should_stop)
 
-    def _await_worker(self) -> _Slot:
-        slot = _Slot()
+    def _worker_on(self, device: str | None) -> _Slot:
+        """A worker that is up (on the device type, if given); started if there is none
+        (a resumed run whose trials were all done before, a type whose workers died)."""
+        def fits(s: _Slot) -> bool:
+            return s.up and device in (None, s.device)
+
+        slot = next((s for s in self.slots if fits(s)), None)
+        if slot is not None:
+            return slot
+        known = self._kind_of.get(device or "")
+        for kind in [known] if known is not None else dict.fromkeys(self.kinds or [""]):
+            slot = self._await_worker(kind)
+            if fits(slot):
+                return slot
+        raise DriverFailed(f"no worker on a {device} came up for re-timing")
+
+    def _await_worker(self, kind: str = "") -> _Slot:
+        slot = _Slot(kind=kind)
         self.slots.append(slot)  # close() stops it
         self._start(slot)
         while not slot.up:
@@ -418,6 +476,7 @@ class Driver:
             self.timeline[phase] = self.runtime.time()
         if isinstance(event, WorkerUp):
             slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
+            self._kind_of[event.device] = slot.kind
             if all(s.up for s in self.slots):
                 self.timeline.setdefault("all_workers_up", self.runtime.time())
         elif isinstance(event, BatchBegan):
@@ -432,18 +491,20 @@ class Driver:
             if event.ahead and self.on_compilers_up is not None:
                 self.on_compilers_up()
                 self.on_compilers_up = None
-        elif isinstance(event, TrialDone):
+        elif isinstance(event, TrialsDone):
             batch = self._batch(slot, event.batch)
-            record = event.record
-            k = batch.find(record.index) if batch is not None else None
-            if batch is None or k is None:
+            done = batch.take(event.records) if batch is not None else set()
+            if not done:
                 return
-            del batch.trials[k]
-            if slot.running == record.index:
+            for record, line in zip(event.records, event.lines):
+                if record.index in done:
+                    self._records.append(record)
+                    self._lines.append(line)
+            if slot.running in done:
                 slot.running = None
             slot.since, slot.failed_starts = now, 0
-            self.probation.discard(record.index)
-            self._records.append(record)
+            if self.probation:
+                self.probation -= done
         elif isinstance(event, BatchDone):
             slot.batches = deque(b for b in slot.batches if b.number != event.batch)
         elif isinstance(event, WorkerLost):
@@ -560,18 +621,41 @@ class Driver:
         self._records.append(TrialRecord.from_outcome(
             index, config, outcome, device=slot.device, node=slot.node, worker=slot.name,
             attempt=attempt, started_at=started, finished_at=now))
+        self._lines.append(None)
 
     def _requeue(self, trials: list[Trial]) -> None:
         self.dispatched -= len(trials)
         self.queue.extendleft(reversed(trials))
 
-    def _commit(self) -> None:
-        """Group commit: one durable write, then the trials count as done."""
-        if not self._records and not self._attempts:
+    def _commit(self, final: bool = False) -> None:
+        """Group commit: one durable write, then the trials count as done. Pipelined: a
+        group's write (its fsync most of all) runs on a thread while the loop goes on, and
+        its trials count once it is durable, when the next group is handed over; with
+        final, everything is written and counted before this returns. A failed write
+        raises here."""
+        self._committed = self.runtime.monotonic()
+        group = bool(self._records or self._attempts)
+        if self._writing is not None and (final or group or self._writing.done()):
+            written, self._writing = self._writing, None
+            self._count(written.result())
+        if not group:
             return
-        records, attempts = self._records, self._attempts
-        self._records, self._attempts = [], []
-        self.log.commit(records, attempts)
+        records, attempts, lines = self._records, self._attempts, self._lines
+        self._records, self._attempts, self._lines = [], [], []
+        if final:
+            self.log.commit(records, attempts, lines)
+            self._count(records)
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="journal")
+
+        def write() -> list[TrialRecord]:
+            self.log.commit(records, attempts, lines)
+            return records
+
+        self._writing = self._writer.submit(write)
+
+    def _count(self, records: list[TrialRecord]) -> None:
         if not records:
             return
         self.timeline["last_trial_done"] = self.runtime.time()
@@ -599,4 +683,7 @@ class Driver:
                     self._attempts.append(SpentAttempt(index, attempt, "interrupted"))
             self.runtime.kill(slot.name)
         self.slots = []
-        self._commit()
+        self._commit(final=True)
+        if self._writer is not None:
+            self._writer.shutdown()
+            self._writer = None

@@ -1,16 +1,18 @@
 """The Runtime on Ray: one actor per worker, one streaming generator per batch.
 
 Each batch is a call of TrialWorker.run, a Ray generator, so records stream back as trials
-finish. An actor's death surfaces as an error on whichever of its calls the driver reads
-next; before reporting it, every message the worker managed to send is taken, so results
-that arrived are never lost with it.
+finish (in lists: the messages a worker had ready at once). An actor's death surfaces as
+an error on whichever of its calls the driver reads next; before reporting it, every
+message the worker managed to send is taken, so results that arrived are never lost with
+it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,20 +21,65 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from actors.compile_pool import CompileLimit
 from actors.timing import Timing
-from actors.worker import BatchStarted, TrialStarted, TrialWorker, WorkerSettings
-from storage.records import TrialRecord
+from actors.worker import (
+    Batch,
+    BatchStarted,
+    Finished,
+    TrialStarted,
+    TrialWorker,
+    WorkerSettings,
+)
 from sweep.runtime import (
     BatchBegan,
     BatchDone,
+    ClusterLost,
     Event,
     Placement,
     RetimeAbandoned,
     Trial,
     TrialBegan,
-    TrialDone,
+    TrialsDone,
     WorkerLost,
     WorkerUp,
 )
+
+TYPE_RESOURCE = "accelerator_type:"
+
+
+# How long the GCS may not answer before the cluster counts as lost: well within the 60 s
+# after which Ray ends the process, with time left for a clean stop.
+GCS_GRACE_S = 10.0
+GCS_PROBE_EVERY_S = 1.0
+
+
+class GcsWatch:
+    """Whether the head's GCS still answers: a TCP connect to its port, at most once a
+    GCS_PROBE_EVERY_S (refused at once when the head's processes are gone, a timeout when
+    its host is). No Ray call: Ray's own GCS client queues requests while the GCS is away
+    (and ends the process once it has been away gcs_rpc_server_reconnect_timeout_s), and
+    actors already placed keep streaming results meanwhile, so nothing else notices."""
+
+    def __init__(self, address: str, grace_s: float = GCS_GRACE_S) -> None:
+        host, _, port = address.rpartition(":")
+        self.where = (host.strip("[]"), int(port))
+        self.grace_s = grace_s
+        self.last_ok = self.last_probe = time.monotonic()
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self.last_probe < GCS_PROBE_EVERY_S:
+            return
+        self.last_probe = now
+        try:
+            with socket.create_connection(self.where, timeout=1.0):
+                self.last_ok = time.monotonic()
+                return
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+        away = time.monotonic() - self.last_ok
+        if away >= self.grace_s:
+            raise ClusterLost(f"the Ray cluster's head (GCS at {self.where[0]}:"
+                              f"{self.where[1]}) has not answered for {away:.0f} s ({why})")
 
 
 @dataclass
@@ -51,33 +98,51 @@ class _Actor:
 
 
 class RayRuntime:
-    def __init__(self, settings: WorkerSettings, placement: Placement, batches: int) -> None:
-        """batches: the most a worker holds at once (Limits.max_batches)."""
+    def __init__(self, settings: WorkerSettings, placement: Placement, batches: int,
+                 typed: Collection[str] = ()) -> None:
+        """batches: the most a worker holds at once (Limits.max_batches). typed: the
+        device types the cluster's nodes are labelled with (see cluster.device_types)."""
         self.settings = settings
         self.placement = placement
         self.batches = batches
+        self.typed = set(typed)
         self._actors: dict[str, _Actor] = {}
+        self._watch: GcsWatch | None = None
 
-    def start(self, worker: str) -> None:
+    def start(self, worker: str, kind: str = "") -> None:
         p = self.placement
         # A thread for each batch the worker holds (see actors/worker.py), and one for
         # info() and retime().
         options: dict[str, Any] = {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus,
                                    "max_restarts": 0, "max_task_retries": 0,
                                    "max_concurrency": self.batches + 1}
+        resources = dict(p.resources)
+        if kind and kind in self.typed:
+            # Ray gives each node with GPUs a resource naming their type, amount 1.
+            resources[TYPE_RESOURCE + kind] = 0.001
+        if resources:
+            options["resources"] = resources
         if p.env:
             options["runtime_env"] = {"env_vars": dict(p.env)}
-        handle = ray.remote(TrialWorker).options(**options).remote(self.settings, worker)
+        handle = ray.remote(TrialWorker).options(**options).remote(self.settings, worker,
+                                                                    kind)
         self._actors[worker] = _Actor(handle, handle.info.remote())
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
                ahead: Sequence[tuple[int, dict[str, Any]]],
                limit: CompileLimit | None = None) -> None:
         actor = self._actors[worker]
-        gen = actor.handle.run.remote(batch, list(trials), list(ahead), limit)
+        gen = actor.handle.run.remote(Batch(batch, list(trials), list(ahead), limit))
         actor.streams.append(_Stream(batch, len(trials), gen))
 
+    def _check_head(self) -> None:
+        """Raises ClusterLost once the head has been away GCS_GRACE_S."""
+        if self._watch is None:
+            self._watch = GcsWatch(ray.get_runtime_context().gcs_address)
+        self._watch.check()
+
     def poll(self, timeout_s: float) -> list[Event]:
+        self._check_head()
         refs: dict[Any, tuple[str, _Stream | None]] = {}
         for name, actor in self._actors.items():
             if actor.ready is not None:
@@ -123,22 +188,22 @@ class RayRuntime:
             self._actors[name].streams.remove(stream)
             return [BatchDone(name, stream.batch)]
         try:
-            message = ray.get(ref)
+            messages = ray.get(ref)
         except RayActorError as e:
             return self._lost(name, f"worker died: {e}", e.actor_init_failed)
         except RayError as e:  # an exception escaped the worker's loop: treat as a death
             return self._lost(name, f"worker failed: {e}")
-        return [self._event(name, stream, message)]
+        return [e for message in messages for e in self._events(name, stream, message)]
 
-    def _event(self, name: str, stream: _Stream, message: Any) -> Event:
+    def _events(self, name: str, stream: _Stream, message: Any) -> list[Event]:
         if isinstance(message, BatchStarted):
-            return BatchBegan(name, stream.batch)
+            return [BatchBegan(name, stream.batch)]
         if isinstance(message, TrialStarted):
-            return TrialBegan(name, stream.batch, message.index, message.ordinal,
-                              message.ahead)
-        assert isinstance(message, TrialRecord), message
-        stream.reported += 1
-        return TrialDone(name, stream.batch, message)
+            return [TrialBegan(name, stream.batch, message.index, message.ordinal,
+                               message.ahead)]
+        assert isinstance(message, Finished), message
+        stream.reported += len(message.records)
+        return [TrialsDone(name, stream.batch, message.records, message.lines)]
 
     def _lost(self, name: str, why: str, init_failed: bool = False) -> list[Event]:
         events = self.settle(name, timeout_s=5.0)
@@ -158,7 +223,7 @@ class RayRuntime:
                 if not ready:
                     break
                 try:
-                    message = ray.get(next(stream.gen), timeout=5)
+                    messages = ray.get(next(stream.gen), timeout=5)
                 except StopIteration:
                     if stream.reported == stream.trials:
                         actor.streams.remove(stream)
@@ -166,7 +231,8 @@ class RayRuntime:
                     break
                 except (RayError, GetTimeoutError):
                     return events
-                events.append(self._event(worker, stream, message))
+                events += [e for message in messages
+                           for e in self._events(worker, stream, message)]
         return events
 
     def kill(self, worker: str) -> None:
@@ -180,6 +246,7 @@ class RayRuntime:
         ref = self._actors[worker].handle.retime.remote(list(configs), rounds)
         deadline = time.monotonic() + timeout_s
         while not ray.wait([ref], timeout=0.25)[0]:
+            self._check_head()
             if should_stop():
                 raise RetimeAbandoned("stopped while re-timing")
             if time.monotonic() >= deadline:

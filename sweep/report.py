@@ -73,10 +73,13 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
     say(out, f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
              f"{elapsed_s:.1f} s ({counts})")
     if tally.best:
-        b = tally.best
-        say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
-                 f"{b.latency_ms:.4g} ms on {b.device}"
-                 + ("" if state == "complete" else " (partial)"))
+        partial = "" if state == "complete" else " (partial)"
+        # On a cluster of several device types, the best of each (the fastest first).
+        bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
+            if len(tally.by_device) > 1 else [tally.best]
+        for b in bests:
+            say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
+                     f"{b.latency_ms:.4g} ms on {b.device}{partial}")
     else:
         say(out, "  best: none (no trial succeeded)")
     say(out, f"  results: {path}/trials.parquet")

@@ -21,12 +21,11 @@ from storage.atomic import write_bytes_atomically
 from storage.journal import (
     Journal,
     RecordCheck,
-    append_records,
-    encode_attempt,
     latest_per_index,
     line_mark,
     read_journal,
 )
+from storage.lines import encode, encode_attempt
 from storage.records import TrialRecord
 from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
@@ -127,7 +126,7 @@ def snapshot_of(spec: Spec, tally: Tally, state: RunState,
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=tally.best,
                     first_dispatch_at=first_dispatch_at, finalists=finalists or [],
-                    timeline=dict(timeline or {}))
+                    timeline=dict(timeline or {}), by_device=dict(tally.by_device))
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -207,7 +206,7 @@ def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunStat
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
     write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
-               finalists=finalists or [])
+               finalists=finalists or [], by_device=tally.by_device)
     write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at,
                                              finalists, timeline))
 
@@ -226,12 +225,14 @@ class RunLog:
             self.journal.close()
             raise
 
-    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None:
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],
+               lines: list[bytes | None]) -> None:
         if attempts:
             self.attempts.append(encode_attempt(a.index, a.attempt, a.event, self.fingerprint)
                                  for a in attempts)
         if records:
-            append_records(self.journal, records, self.fingerprint)
+            self.journal.append(line or encode(record, self.fingerprint)
+                                for record, line in zip(records, lines))
 
     def close(self) -> None:
         self.journal.close()

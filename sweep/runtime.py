@@ -32,6 +32,13 @@ class Placement:
     num_cpus: float = 0.0
     env: Mapping[str, str] = field(default_factory=dict)
     compile_workers: int = 0  # compile processes per worker (cuda)
+    # One device type per worker on a cluster of several (empty: one type, or unknown):
+    # each worker asks for a device of its type, and finalists are re-timed per type.
+    kinds: tuple[str, ...] = ()
+    resources: Mapping[str, float] = field(default_factory=dict)  # more, per worker
+
+    def kind(self, slot: int) -> str:
+        return self.kinds[slot] if self.kinds else ""
 
 
 @dataclass(frozen=True)
@@ -64,10 +71,14 @@ class TrialBegan:
 
 
 @dataclass(frozen=True)
-class TrialDone:
+class TrialsDone:
+    """Trials of the batch finished, in this order (a worker sends those finished at once
+    together: the driver's cost is per event)."""
+
     worker: str
     batch: int
-    record: TrialRecord
+    records: Sequence[TrialRecord]
+    lines: Sequence[bytes | None]  # each record's journal line, where the worker encoded it
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,13 @@ class WorkerLost:
     init_failed: bool = False  # its constructor raised: a start-up failure, not a trial's
 
 
-Event = WorkerUp | BatchBegan | TrialBegan | TrialDone | BatchDone | WorkerLost
+Event = WorkerUp | BatchBegan | TrialBegan | TrialsDone | BatchDone | WorkerLost
+
+
+class ClusterLost(Exception):
+    """The cluster's head (its GCS) stopped answering: no worker can be started or
+    replaced any more, and Ray ends this process once the GCS has been away for
+    gcs_rpc_server_reconnect_timeout_s (60 s). The run stops, resumable."""
 
 
 class RetimeAbandoned(Exception):
@@ -96,8 +113,9 @@ class RetimeAbandoned(Exception):
 
 
 class Runtime(Protocol):
-    def start(self, worker: str) -> None:
-        """Start a worker; a WorkerUp (or WorkerLost) event follows when it is ready."""
+    def start(self, worker: str, kind: str = "") -> None:
+        """Start a worker (on a device of the kind, a Placement.kinds entry, if given); a
+        WorkerUp (or WorkerLost) event follows when it is ready."""
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
                ahead: Sequence[tuple[int, dict[str, Any]]],

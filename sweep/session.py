@@ -49,7 +49,7 @@ from sweep.progress import ProgressReporter
 from sweep.ray_runtime import RayRuntime
 from sweep.report import print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
-from sweep.runtime import Placement, RetimeAbandoned
+from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
 from sweep.space import Space
 from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
@@ -134,7 +134,10 @@ class Session:
         except BaseException:
             _give_back(lock, created)
             raise
-        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend))
+        # Read from this directory, not the current one: connecting to Ray changes that
+        # for a moment (see cluster.py) while this thread may be reading.
+        here = Path.cwd()
+        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here))
         return cls(spec, space, path, lock, None, created=created, full_spec=full_spec)
 
     @classmethod
@@ -231,7 +234,8 @@ class Session:
                 loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                     if self.meta and loaded is None else None
                 try:
-                    started_ray = cluster.connect(address, lambda: stop.requested)
+                    started_ray = cluster.connect(address, lambda: stop.requested,
+                                                  lambda message: say(err, message))
                 except cluster.ConnectAbandoned as e:
                     say(err, f"{e}; " + ("the run is unchanged" if self.meta
                                          else "nothing was written"))
@@ -251,6 +255,7 @@ class Session:
                 self.prestart.close()
                 self.prestart = None
             check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
+            placement = cluster.placement(self.spec, backend)  # may refuse the spec
             if self.meta and backend != self.meta["backend"]:
                 raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
                                 f"but this cluster resolves to {backend}; pass the same kind "
@@ -260,12 +265,12 @@ class Session:
                 return stop.exit_code
             if not self.meta:
                 rundir.create(run, self.spec, len(self.space), backend)
-            return self._drive(run, backend, loaded, max_trials, cache_partial, stop, out,
-                               err, t0)
+            return self._drive(run, backend, placement, loaded, max_trials, cache_partial,
+                               stop, out, err, t0)
         finally:
             if self.prestart:
                 self.prestart.close()
-            if started_ray:
+            if started_ray and not cluster.lost():  # it would wait on the lost GCS
                 import ray
 
                 ray.shutdown()
@@ -299,7 +304,7 @@ class Session:
             rebuilt.append("trials.parquet")
         if read_best(run.best, self.spec.fingerprint) is None:
             write_best(run.best, snap.best, fingerprint=self.spec.fingerprint, partial=False,
-                       finalists=snap.finalists)
+                       finalists=snap.finalists, by_device=snap.by_device)
             rebuilt.append("best.json")
         return "rebuilt " + " and ".join(rebuilt) if rebuilt else "nothing to do"
 
@@ -313,19 +318,20 @@ class Session:
                  "held into the journal")
 
     def _cache_best(self, tally: Tally, backend: str, partial: bool, err: Console) -> None:
-        best = tally.best
-        assert best is not None
+        """An entry per device type: a config tuned on one type says little of another."""
         spec = self.spec
         try:
-            cache.store(cache.CacheEntry(
-                kernel=spec.kernel, kernel_source=spec.kernel_source,
-                problem=dict(spec.problem), backend=backend, device=best.device,
-                config=best.config, latency_ms=best.latency_ms, fingerprint=spec.fingerprint,
-                run_dir=str(self.path.resolve()), partial=partial, written_at=time.time()))
+            for best in tally.by_device.values():
+                cache.store(cache.CacheEntry(
+                    kernel=spec.kernel, kernel_source=spec.kernel_source,
+                    problem=dict(spec.problem), backend=backend, device=best.device,
+                    config=best.config, latency_ms=best.latency_ms,
+                    fingerprint=spec.fingerprint, run_dir=str(self.path.resolve()),
+                    partial=partial, written_at=time.time()))
         except OSError as e:  # the run itself is done and written; only the cache missed it
             say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
-    def _drive(self, run: RunDir, backend: str, loaded: Loaded | None,
+    def _drive(self, run: RunDir, backend: str, placement: Placement, loaded: Loaded | None,
                max_trials: int | None, cache_partial: bool, stop: StopController,
                out: Console, err: Console, t0: float) -> int:
         spec = self.spec
@@ -347,7 +353,6 @@ class Session:
             tally = Tally.from_journal(len(self.space), records)
             done = records.column("index").to_numpy()
         todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True).tolist()
-        placement = cluster.placement(spec, backend)
         compiles = placement.compile_workers > 0
         compile_limit = None
         if compiles:
@@ -389,17 +394,19 @@ class Session:
         state = "failed"
         finalists: list[dict[str, Any]] = []
         driver = None
+        lost: ClusterLost | None = None
         try:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, err) as progress:
-                driver = Driver(self.space, RayRuntime(settings, placement, limits.max_batches),
-                                placement.workers, limits, log, tally, todo, spent,
-                                deaths, should_stop=lambda: stop.requested,
+                runtime = RayRuntime(settings, placement, limits.max_batches,
+                                     cluster.labelled_types())
+                driver = Driver(self.space, runtime, placement.workers, limits, log, tally,
+                                todo, spent, deaths, should_stop=lambda: stop.requested,
                                 on_snapshot=snapshot,
                                 observers=[progress], compile_limit=compile_limit,
                                 on_compilers_up=self.prestart.stop_compiling
-                                if self.prestart else lambda: None)
+                                if self.prestart else lambda: None, kinds=placement.kinds)
                 try:
                     ending = driver.run()
                     self.timeline.update(driver.timeline, trials_done=time.time())
@@ -411,6 +418,9 @@ class Session:
             state = "complete" if tally.done == tally.total else "interrupted"
         except DriverFailed as e:
             say(err, f"error: {e}")
+        except ClusterLost as e:  # driver.run() has closed its workers, committed records
+            cluster.mark_lost()
+            state, lost = "interrupted", e
         finally:
             if replay_cache:
                 shutil.rmtree(replay_cache, ignore_errors=True)
@@ -427,6 +437,10 @@ class Session:
         # A retry stopped partway goes on only if asked again: say so in the hint.
         again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again)
+        if lost is not None:
+            say(err, f"error: {lost}; every finished trial is written. Resume with: "
+                     f"{resume_command(self.path)}")
+            return EXIT_FAILED
         if state == "failed":
             return EXIT_FAILED
         if tally.best and (state == "complete" or cache_partial):
@@ -437,23 +451,33 @@ class Session:
     def _retime_finalists(self, driver: Driver, tally: Tally,
                           progress: ProgressReporter) -> list[dict[str, Any]]:
         """One pass picks winners by noise as much as by speed: re-time the fastest few
-        side by side and let that decide the best. Updates tally.best."""
-        leaders = tally.leaders(self.spec.run.finalists)
-        if len(leaders) < 2:
-            return []
-        progress.on_event(f"re-timing the {len(leaders)} fastest configs side by side")
-        try:
-            timings = driver.retime([b.config for b in leaders],
-                                    self.spec.run.finalist_rounds)
-        except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
-            progress.on_event(f"re-timing failed, keeping the sweep's best: {str(e)[:200]}")
-            return []
-        finalists: list[dict[str, Any]] = [
-            {"index": b.index, "config": b.config, "sweep_latency_ms": b.latency_ms,
-             "latency_ms": t.median_ms, "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
-            for b, t in zip(leaders, timings)]
-        leader, timing = min(zip(leaders, timings), key=lambda p: (p[1].median_ms, p[0].index))
-        tally.best = Best(leader.index, leader.config, timing.median_ms, leaders[0].device)
+        side by side and let that decide the best: on each device type the records name,
+        on a device of that type. Updates tally's bests."""
+        finalists: list[dict[str, Any]] = []
+        winners: dict[str, Best] = {}
+        for device in tally.devices:
+            leaders = tally.leaders(self.spec.run.finalists, device)
+            if len(leaders) < 2:
+                continue
+            on = f" on {device}" if len(tally.devices) > 1 else ""
+            progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
+            try:
+                timings = driver.retime([b.config for b in leaders],
+                                        self.spec.run.finalist_rounds, device)
+            except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
+                progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
+                                  f"{str(e)[:200]}")
+                continue
+            finalists += [
+                {"index": b.index, "config": b.config, "device": device,
+                 "sweep_latency_ms": b.latency_ms, "latency_ms": t.median_ms,
+                 "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
+                for b, t in zip(leaders, timings)]
+            leader, timing = min(zip(leaders, timings),
+                                 key=lambda p: (p[1].median_ms, p[0].index))
+            winners[device] = Best(leader.index, leader.config, timing.median_ms, device)
+        if winners:
+            tally.set_best(winners)
         return finalists
 
 
@@ -464,10 +488,12 @@ def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
         tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
         seed=spec.run.seed,
-        simulate={k: v for k, v in vars(spec.simulate).items() if k != "workers"},
+        simulate={k: v for k, v in vars(spec.simulate).items()
+                  if k not in ("workers", "devices", "resources")},
         compile_timeout_s=spec.run.compile_limit_s,
         kernel_path=str(Path.cwd()),
-        replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale})
+        replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale},
+        run=spec.fingerprint)
 
 
 def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
@@ -531,4 +557,4 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
     if backend != "simulate":
         return 1  # interpreted trials take far longer than a Ray round trip
     per_trial_s = max(spec.simulate.trial_ms, 0.05) / 1e3
-    return int(min(64, max(1, TARGET_BATCH_S / per_trial_s)))
+    return int(min(1024, max(1, TARGET_BATCH_S / per_trial_s)))

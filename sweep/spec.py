@@ -86,6 +86,9 @@ class RunOptions:
     # How long one compile may take: "auto" (a limit learnt from this run's compile times,
     # at most trial_timeout_s; see sweep/scheduling.py), seconds, or "off" (trial_timeout_s).
     compile_timeout_s: float | str = "auto"
+    # Ray accelerator types (H100, A100, ...; for simulate, simulate.devices' names) a
+    # sweep may run on; None: every GPU of the cluster, of whatever type.
+    accelerator_types: tuple[str, ...] | None = None
 
     @property
     def compile_limit_s(self) -> float:
@@ -103,6 +106,12 @@ class SimulateOptions:
     crash_rate: float = 0.0
     hang_rate: float = 0.0
     seed: int = 0
+    # Simulated device types and how many workers each (instead of `workers`): each type
+    # has latencies of its own, as GPUs of different types do.
+    devices: Mapping[str, int] = field(default_factory=dict)
+    # Ray resources each simulated worker asks for (a custom one standing in for a GPU
+    # spreads workers over the nodes of a test cluster).
+    resources: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,10 @@ class Spec:
         }
         if self.run.backend == "simulate":
             sim = asdict(self.simulate)
-            sim.pop("workers")
+            for operational in ("workers", "resources", "devices"):
+                sim.pop(operational)
+            if self.simulate.devices:  # each type has latencies of its own; not its count
+                sim["devices"] = sorted(self.simulate.devices)
             ident["simulate"] = sim
         if self.run.backend == "replay":
             ident["replay"] = self.replay_source
@@ -196,7 +208,9 @@ class Spec:
             "timing": {**asdict(self.timing), "screen": asdict(self.timing.screen)
                        if self.timing.screen else "off"},
             "validation": asdict(self.validation) if self.validation else "off",
-            "run": asdict(self.run), "simulate": asdict(self.simulate),
+            "run": {**asdict(self.run), "accelerator_types": list(self.run.accelerator_types)
+                    if self.run.accelerator_types is not None else None},
+            "simulate": asdict(self.simulate),
             "replay": asdict(self.replay),
         }
         return "# normalised by sweep: the command line overrode the original spec\n" + \
@@ -296,6 +310,12 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _is_label(v: Any) -> bool:
+    """A device type or resource name: short, printable, no separators of Ray's."""
+    return isinstance(v, str) and 0 < len(v) <= 64 and v.isprintable() and \
+        not any(c in v for c in ":,{}[] ")
+
+
 def _is_off(v: Any) -> bool:
     return v is False or v == "off"
 
@@ -325,20 +345,30 @@ _CHECKS: dict[type, dict[str, Check]] = {
         "finalists": (lambda v: _is_int(v) and 0 <= v <= 16, "an integer from 0 to 16"),
         "compile_timeout_s": (lambda v: v in ("auto", "off") or POSITIVE[0](v),
                               "auto, off or a number of seconds > 0"),
+        "accelerator_types": (lambda v: v is None or (
+            isinstance(v, list) and bool(v) and all(_is_label(t) for t in v)),
+            "null or a list of accelerator type names (e.g. [H100, A100])"),
     },
     ReplayOptions: {"table": (lambda v: isinstance(v, str), "a path"),
                     "workers": AT_LEAST_ONE, "compile_slots": AT_LEAST_ONE,
                     "time_scale": POSITIVE},
     SimulateOptions: {"workers": AT_LEAST_ONE, "trial_ms": NON_NEGATIVE, "fail_rate": FRACTION,
-                      "crash_rate": FRACTION, "hang_rate": FRACTION, "seed": INTEGER},
+                      "crash_rate": FRACTION, "hang_rate": FRACTION, "seed": INTEGER,
+                      "devices": (lambda v: isinstance(v, dict) and all(
+                          _is_label(k) and AT_LEAST_ONE[0](n) for k, n in v.items()),
+                                  "a mapping of device type names to worker counts >= 1"),
+                      "resources": (lambda v: isinstance(v, dict) and all(
+                          _is_label(k) and POSITIVE[0](n) for k, n in v.items()),
+                                    "a mapping of Ray resource names to amounts > 0")},
 }
 TOP_KEYS = ("name", "kernel", "problem", "space", "constraints", "timing", "validation", "run",
             "simulate", "replay")
 
 
 class _Reader:
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, source: Path) -> None:
+        self.path = path  # as given, for messages
+        self.source = source  # where it is read from
 
     def fail(self, key: str, message: str) -> SpecError:
         return SpecError(f"{self.path}: {clip_text(key, 100)}: {message}")
@@ -364,9 +394,9 @@ class _Reader:
         return cls(**data)
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, source: Path) -> str:
     try:
-        with path.open("rb") as f:
+        with source.open("rb") as f:
             data = f.read(MAX_SPEC_BYTES + 1)
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
@@ -396,17 +426,20 @@ def _parse_yaml(path: Path, text: str) -> Any:
 
 
 def load_spec(path: str | Path, *, backend: str | None = None,
-              import_kernel: bool = True) -> Spec:
+              import_kernel: bool = True, cwd: Path | None = None) -> Spec:
     """Read, validate and resolve a spec file. backend overrides run.backend.
 
     import_kernel=False checks everything the file alone decides and runs no code it
     names: the kernel module is not imported, so the problem is not merged with its
     defaults nor the space checked against its signature, and kernel_source stays "".
     declared_fingerprint is the same either way.
+
+    cwd: the directory a relative path is read from (not the process's current one, which
+    another thread may change meanwhile); messages name the path as given.
     """
     path = Path(path)
-    r = _Reader(path)
-    text = _read_text(path)
+    r = _Reader(path, cwd / path if cwd is not None else path)
+    text = _read_text(path, r.source)
     doc = _parse_yaml(path, text)
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a mapping of spec keys at the top level")
@@ -431,6 +464,8 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     else:
         validation = r.section(Tolerance, raw_validation, "validation")
     run = r.section(RunOptions, doc.get("run"), "run")
+    if run.accelerator_types is not None:
+        run = replace(run, accelerator_types=tuple(run.accelerator_types))
     if backend is not None:
         if backend not in BACKENDS:
             raise SpecError(f"--backend: expected one of {', '.join(BACKENDS)}, "
@@ -470,7 +505,7 @@ def load_spec(path: str | Path, *, backend: str | None = None,
 def _read_replay(r: _Reader, options: ReplayOptions) -> tuple[ReplayOptions, str]:
     if not options.table:
         raise r.fail("replay.table", "required for run.backend: replay (a trials.parquet)")
-    table = (r.path.parent / options.table).absolute()
+    table = (r.source.parent / options.table).absolute()
     try:
         data = table.read_bytes()
         import pyarrow as pa

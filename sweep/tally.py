@@ -22,20 +22,41 @@ class Tally:
     total: int
     counts: Counter[str] = field(default_factory=Counter)
     best: Best | None = None
-    # The fastest LEADERS ok trials as a max-heap of (-latency, -index, Best).
-    _leaders: list[tuple[float, int, Best]] = field(default_factory=list, repr=False)
+    # The best on each device type (the device records carry); on a cluster of one type,
+    # just `best`.
+    by_device: dict[str, Best] = field(default_factory=dict)
+    # Per device type, the fastest LEADERS ok trials as a max-heap of (-latency, -index,
+    # Best).
+    _leaders: dict[str, list[tuple[float, int, Best]]] = field(default_factory=dict,
+                                                              repr=False)
 
-    def leaders(self, k: int) -> list[Best]:
-        """The k fastest ok trials so far, fastest first (ties to the lower index)."""
-        ranked = sorted(self._leaders, key=lambda e: (-e[0], -e[1]))
+    def leaders(self, k: int, device: str | None = None) -> list[Best]:
+        """The k fastest ok trials so far (on the device type, if given), fastest first
+        (ties to the lower index)."""
+        heaps = [self._leaders.get(device, [])] if device is not None else \
+            self._leaders.values()
+        ranked = sorted((e for heap in heaps for e in heap), key=lambda e: (-e[0], -e[1]))
         return [b for _, _, b in ranked[:k]]
 
+    @property
+    def devices(self) -> list[str]:
+        """Device types with an ok trial."""
+        return sorted(self._leaders)
+
     def _offer(self, best: Best) -> None:
+        heap = self._leaders.setdefault(best.device, [])
         entry = (-best.latency_ms, -best.index, best)
-        if len(self._leaders) < LEADERS:
-            heapq.heappush(self._leaders, entry)
-        elif entry[:2] > self._leaders[0][:2]:
-            heapq.heapreplace(self._leaders, entry)
+        if len(heap) < LEADERS:
+            heapq.heappush(heap, entry)
+        elif entry[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, entry)
+        # Ties go to the lower index, so the best does not depend on completion order.
+        mine = self.by_device.get(best.device)
+        if mine is None or (best.latency_ms, best.index) < (mine.latency_ms, mine.index):
+            self.by_device[best.device] = best
+            if self.best is None or \
+                    (best.latency_ms, best.index) < (self.best.latency_ms, self.best.index):
+                self.best = best
 
     @property
     def done(self) -> int:
@@ -48,14 +69,19 @@ class Tally:
     def add(self, records: Iterable[TrialRecord]) -> None:
         for r in records:
             self.counts[r.status] += 1
-            # Ties go to the lower index, so the best does not depend on completion order.
             if r.status != "ok" or r.latency_ms is None:
                 continue
-            candidate = Best(r.index, r.config, r.latency_ms, r.device)
-            self._offer(candidate)
-            if self.best is None or \
-                    (r.latency_ms, r.index) < (self.best.latency_ms, self.best.index):
-                self.best = candidate
+            heap = self._leaders.get(r.device)
+            # Most records are slower than the device's leaders: no Best for them.
+            if heap is not None and len(heap) >= LEADERS and \
+                    (-r.latency_ms, -r.index) <= heap[0][:2]:
+                continue
+            self._offer(Best(r.index, r.config, r.latency_ms, r.device))
+
+    def set_best(self, winners: dict[str, Best]) -> None:
+        """The re-timed winner of each device type; the fastest of them is the best."""
+        self.by_device.update(winners)
+        self.best = min(self.by_device.values(), key=lambda b: (b.latency_ms, b.index))
 
     @classmethod
     def from_journal(cls, total: int, table: pa.Table) -> Tally:
@@ -66,11 +92,11 @@ class Tally:
         for item in pc.value_counts(table.column("status")).to_pylist():
             tally.counts[item["values"]] = item["counts"]
         ok = table.filter(pc.equal(table.column("status"), "ok"))
-        if ok.num_rows:
-            order = pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending"),
-                                                   ("index", "ascending")])
-            for row in ok.take(order[:LEADERS]).to_pylist():
+        for device in pc.unique(ok.column("device")).to_pylist():
+            mine = ok.filter(pc.equal(ok.column("device"), device))
+            order = pc.sort_indices(mine, sort_keys=[("latency_ms", "ascending"),
+                                                     ("index", "ascending")])
+            for row in mine.take(order[:LEADERS]).to_pylist():
                 tally._offer(Best(row["index"], json.loads(row["config"]), row["latency_ms"],
                                   row["device"]))
-            tally.best = tally.leaders(1)[0]
         return tally

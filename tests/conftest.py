@@ -22,13 +22,21 @@ def private_cache(tmp_path_factory):
     os.environ["SWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_ray():
+    """Runs without --address start a Ray of their own even where a `ray start` cluster
+    runs on this machine (which they would join otherwise: tests that check that say so)."""
+    os.environ["RAY_ADDRESS"] = "local"
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray instance (2 CPUs) shared by the in-process tests."""
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -26,7 +26,7 @@ from sweep.runtime import (
     Event,
     Trial,
     TrialBegan,
-    TrialDone,
+    TrialsDone,
     WorkerLost,
     WorkerUp,
 )
@@ -100,14 +100,16 @@ class FakeRuntime:
     submitted: list[tuple[str, int, list[int]]] = field(default_factory=list)
     limits: list[CompileLimit | None] = field(default_factory=list)
     retimed: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # the kind each worker was started as
     _workers: dict[str, _Worker] = field(default_factory=dict)
     _events: list[tuple[float, int, Event]] = field(default_factory=list)
     _seq: itertools.count = field(default_factory=itertools.count)
 
     # --- the Runtime protocol --------------------------------------------------------------
-    def start(self, worker: str) -> None:
+    def start(self, worker: str, kind: str = "") -> None:
         script = self.start_script(worker)
         self.started.append(worker)
+        self.kinds[worker] = kind
         at = self.now + script.seconds
         if script.never:
             self._workers[worker] = _Worker(worker, None, math.inf, doomed=True)
@@ -117,7 +119,7 @@ class FakeRuntime:
             self._at(at, WorkerLost(worker, why, init_failed=script.init_fails))
         else:
             self._workers[worker] = _Worker(worker, at, at)
-            self._at(at, WorkerUp(worker, self.device, "fake-node"))
+            self._at(at, WorkerUp(worker, kind or self.device, "fake-node"))
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
                ahead: Sequence[tuple[int, dict[str, Any]]],
@@ -132,7 +134,7 @@ class FakeRuntime:
             return
         t = max(w.free_at, self.now)
         self._at(t, BatchBegan(worker, batch))
-        done: list[TrialDone] = []
+        done: list[TrialsDone] = []
         for index, config, attempt in (self.order(list(trials)) if self.order else trials):
             script = self.trial(index, config, attempt, worker)
             if self.order is not None:
@@ -151,8 +153,8 @@ class FakeRuntime:
                 w.doomed = True
                 return
             t += script.seconds
-            done.append(TrialDone(worker, batch, self._record(worker, index, config,
-                                                              attempt, script, t)))
+            done.append(TrialsDone(worker, batch, (self._record(worker, index, config,
+                                                                attempt, script, t),), (None,)))
             self._at(t, done[-1])
         if self.hangs_after(worker, batch):
             w.doomed = True

@@ -24,7 +24,8 @@ class MemoryLog:
     records: list[TrialRecord] = field(default_factory=list)
     attempts: list[SpentAttempt] = field(default_factory=list)
 
-    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt]) -> None:
+    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],
+               lines: list[bytes | None]) -> None:
         self.records += records
         self.attempts += attempts
 
@@ -221,18 +222,11 @@ def test_workers_that_keep_failing_to_start_end_the_run_failed():
 
 def test_a_stop_drains_running_trials_and_abandons_batches_not_begun():
     rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=2 if i % 2 == 0 else 10))
-    stop = {"now": False}
-
-    class StopAfterFirst(Events):
-        def on_records(self, records, tally) -> None:
-            stop["now"] = True
-
     driver, log, _ = make(10, rt, limits=replace(LIMITS, batch_size=1, drain_s=3),
-                          should_stop=lambda: stop["now"])
-    driver.observers.append(StopAfterFirst())
+                          should_stop=lambda: rt.now >= 3)
     assert driver.run() == "stopped"
     # Both workers were up at t=1; batches are dealt: w1 runs [0] and [2] (2 s each), w2
-    # [1] and [3] (10 s each). The stop comes with trial 0's record at t=3, when w1 has
+    # [1] and [3] (10 s each). The stop comes at t=3, with trial 0's record, when w1 has
     # begun [2]: it finishes within the 3 s drain. Trial 1 would need until t=11: it spends
     # an attempt. Batch [3] was never begun: it simply runs again later.
     assert sorted(r.index for r in log.records) == [0, 2]
@@ -353,3 +347,28 @@ def test_a_stop_awaits_the_trials_running_then_not_those_begun_after_it():
     assert sorted(r.index for r in log.records) == [0, 1]
     assert log.attempts == [SpentAttempt(2, 1, "interrupted")]
     assert rt.now == pytest.approx(5)
+
+
+def test_trials_count_only_once_their_write_is_durable_and_a_failed_write_ends_the_run():
+    # Writes overlap the loop (a thread makes each group durable); a trial must still
+    # count only after its group's write returned, and a write that fails must end the
+    # run rather than be lost on the thread.
+    rt = FakeRuntime()
+    written: list[int] = []
+    counted_at_write: list[int] = []
+
+    class SlowLog(MemoryLog):
+        def commit(self, records, attempts, lines) -> None:
+            counted_at_write.append(driver.tally.done)
+            super().commit(records, attempts, lines)
+            written.append(len(self.records))
+            if len(written) == 6:
+                raise OSError(28, "No space left on device")
+
+    driver, _, _ = make(200, rt, limits=replace(LIMITS, batch_size=1), workers=4)
+    driver.log = SlowLog()
+    with pytest.raises(OSError, match="No space"):
+        driver.run()
+    # At each write, no more were counted than earlier writes had made durable.
+    assert all(c <= w for c, w in zip(counted_at_write, [0, *written]))
+    assert driver.tally.done <= written[-2]  # the failed group never counted

@@ -24,12 +24,11 @@ from storage.journal import (
     JournalWriteError,
     RecordCheck,
     append_records,
-    encode,
-    encode_attempt,
     line_mark,
     read_attempts,
     read_journal,
 )
+from storage.lines import encode, encode_attempt
 from storage.records import TrialOutcome, TrialRecord, canonical_json
 
 RUN = "0123456789abcdef"
@@ -442,3 +441,20 @@ def test_a_line_mark_reads_only_near_the_offset(tmp_path, monkeypatch):
     assert line_mark(path, size) == hashlib.sha256(long_line).hexdigest()[:16]
     assert sum(read) < len(long_line) + 2 * journal_module._CHUNK < size // 4
 
+
+
+def test_a_journal_read_in_blocks_reads_as_a_whole_and_names_lines_from_the_start(
+        tmp_path, monkeypatch):
+    lines = [encode(record(i), RUN) for i in range(TOTAL)]
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(b"".join(lines) + lines[0][:20])  # and a torn tail
+    whole, end = read_journal(path, CHECK)
+    # Blocks smaller than a line, and ones that hold a few lines and part of another.
+    for block in (100, len(lines[0]) * 3 + 7):
+        monkeypatch.setattr(journal_module, "PARSE_BLOCK", block)
+        table, block_end = read_journal(path, CHECK)
+        assert table.equals(whole) and block_end == end == len(b"".join(lines))
+    bad = [*lines[:6], with_(status="exploded") + b"\n", *lines[7:]]
+    path.write_bytes(b"".join(bad))
+    with pytest.raises(JournalError, match="line 7: unknown status"):
+        read_journal(path, CHECK)

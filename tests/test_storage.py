@@ -18,10 +18,10 @@ from storage.journal import (
     JournalError,
     RecordCheck,
     append_records,
-    encode_attempt,
     read_attempts,
     read_journal,
 )
+from storage.lines import encode_attempt
 from storage.records import (
     MAX_ERROR_CHARS,
     STATUSES,

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from actors import child, worker
 from actors.compile_pool import Compiled, CompileLimit
 from actors.launcher import Launcher
-from actors.worker import BatchStarted, TrialStarted, TrialWorker, WorkerSettings
+from actors.worker import Batch, BatchStarted, Finished, TrialStarted, TrialWorker, WorkerSettings
 from storage.records import TrialOutcome, TrialRecord
 
 SETTINGS = WorkerSettings(backend="simulate", kernel="matmul", problem={},
@@ -96,7 +97,7 @@ class RecordingBackend:
 def make_worker(monkeypatch, pool: ScriptedPool) -> tuple[TrialWorker, RecordingBackend]:
     backend = RecordingBackend()
     monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
-    monkeypatch.setattr(worker, "make_backend", lambda settings: backend)
+    monkeypatch.setattr(worker, "make_backend", lambda settings, kind="": backend)
     return TrialWorker(SETTINGS, "w1"), backend
 
 
@@ -104,10 +105,23 @@ def trials(*indices: int) -> list[tuple[int, dict[str, Any], int]]:
     return [(i, {"i": i}, 1) for i in indices]
 
 
+def one_by_one(stream: Iterator[list[Any]]) -> Iterator[Any]:
+    """A batch's messages one at a time, each record apart (the stream sends the messages
+    ready at once together, and consecutive records as one Finished)."""
+    for chunk in stream:
+        assert chunk, "an empty message list was sent"
+        for message in chunk:
+            if isinstance(message, Finished):
+                assert len(message.records) == len(message.lines)
+                yield from message.records
+            else:
+                yield message
+
+
 def test_the_config_compiled_first_runs_first_and_each_start_is_announced(monkeypatch):
     pool = ScriptedPool()
     w, backend = make_worker(monkeypatch, pool)
-    stream = w.run(0, trials(0, 1, 2))
+    stream = one_by_one(w.run(Batch(0, trials(0, 1, 2))))
     pool.finish(2)  # configs 0 and 1 are still compiling
     first = [next(stream), next(stream), next(stream)]
     assert first[:2] == [BatchStarted(), TrialStarted(2, 0, ahead=True)]
@@ -127,12 +141,12 @@ def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch)
     pool = ScriptedPool()
     w, _ = make_worker(monkeypatch, pool)
     first: list[object] = []
-    reader = threading.Thread(target=lambda: first.extend(w.run(0, trials(0))))
+    reader = threading.Thread(target=lambda: first.extend(one_by_one(w.run(Batch(0, trials(0))))))
     reader.start()  # as Ray runs each batch's call on a thread of its own
     deadline = time.monotonic() + 10
     while not w._held and time.monotonic() < deadline:  # batch 0 is held, not compiled
         reader.join(0.01)
-    second = w.run(1, trials(1))
+    second = one_by_one(w.run(Batch(1, trials(1))))
     pool.finish(1)
     assert next(second) == BatchStarted()
     assert next(second) == TrialStarted(1, 0, ahead=True)
@@ -146,7 +160,7 @@ def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch)
 def test_before_any_compile_process_is_up_the_worker_compiles_itself(monkeypatch):
     pool = ScriptedPool(up=False)
     w, backend = make_worker(monkeypatch, pool)
-    messages = list(w.run(0, trials(0, 1)))
+    messages = list(one_by_one(w.run(Batch(0, trials(0, 1)))))
     records = [m for m in messages if isinstance(m, TrialRecord)]
     assert [r.index for r in records] == [0, 1]
     assert backend.ran == [(0, None), (1, None)]  # no result of the pool's: compiled inline
@@ -214,7 +228,7 @@ def test_a_failure_on_a_batchs_last_trial_ends_that_batchs_stream(monkeypatch):
 
     def read() -> None:
         try:
-            list(w.run(0, trials(0)))
+            list(w.run(Batch(0, trials(0))))
         except RuntimeError as e:
             ended.append(e)
 
@@ -230,5 +244,25 @@ def test_before_its_pool_is_up_the_worker_compiles_the_likely_quickest_config_fi
     pool = ScriptedPool(up=False)
     w, backend = make_worker(monkeypatch, pool)
     big, small = {"i": 0, "BLOCK": 256, "num_stages": 4}, {"i": 1, "BLOCK": 16, "num_stages": 2}
-    list(w.run(0, [(0, big, 1), (1, small, 1)]))
+    list(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
     assert [i for i, _ in backend.ran] == [1, 0]  # the small tile first, not the order sent
+
+
+def test_records_finished_together_travel_as_one_message_and_pickle_as_values():
+    def finished(index: int) -> Finished:
+        record = TrialRecord.from_outcome(
+            index, {"i": index}, TrialOutcome("ok", "passed", latency_ms=0.5 + index),
+            device="d", node="n", worker="w1", attempt=1, started_at=1.0, finished_at=2.0)
+        return Finished((record,), (f"line {index}\n".encode(),))
+
+    chunk = worker._Chunk()
+    added = [chunk.add(m) for m in (BatchStarted(), finished(0), finished(1),
+                                    TrialStarted(2, 0), finished(2))]
+    assert added == [0, 1, 1, 0, 1]
+    messages = chunk.messages()
+    assert [type(m) for m in messages] == [BatchStarted, Finished, TrialStarted, Finished]
+    assert [r.index for r in messages[1].records] == [0, 1]
+    assert messages[1].lines == (b"line 0\n", b"line 1\n")
+    back = pickle.loads(pickle.dumps(messages[1]))
+    assert back == messages[1]  # every field, through the values-only form
+    assert back.records[1].to_json() == messages[1].records[1].to_json()
