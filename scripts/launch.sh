@@ -5,7 +5,9 @@
 #
 # 1. brings the cluster of configs/cluster.yaml up (`ray up`; a cluster already up is
 #    updated, which takes seconds), from this checkout's root, which it copies to every node;
-# 2. fetches the cluster's authentication token from the head;
+# 2. fetches the cluster's authentication token from the head, and waits until the
+#    cluster has WAIT_GPUS GPUs (`ray up` returns before the GPU nodes are set up; a sweep
+#    submitted then would find no GPU and run on the head's CPUs, or fewer workers);
 # 3. forwards the head's dashboard to this machine (`ray dashboard`, in the background,
 #    ended when this script ends);
 # 4. runs `sweep submit SPEC --address http://127.0.0.1:PORT ...` from the current directory
@@ -15,11 +17,12 @@
 # Ctrl+C: as `sweep submit` (the first stops the sweep cleanly, a second stops waiting).
 # The cluster stays up for `sweep resume` or the next sweep: `ray down -y CONFIG` ends it.
 # Environment: CLUSTER_CONFIG (default: configs/cluster.yaml of this checkout),
-# DASHBOARD_PORT (the local end of the tunnel, default 8265).
+# DASHBOARD_PORT (the local end of the tunnel, default 8265), WAIT_GPUS (default 1: set
+# it to the GPUs of the nodes you want the sweep to start with; at most 30 min).
 set -euo pipefail
 
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 
@@ -52,6 +55,25 @@ token="$HOME/.ray/$cluster.auth_token"
 mkdir -p "$HOME/.ray"
 (umask 077 && ray rsync-down "$config" "/home/$ssh_user/.ray/auth_token" "$token")
 chmod 600 "$token"
+
+wait_gpus=${WAIT_GPUS:-1}
+echo "== waiting for $wait_gpus GPU(s) in the cluster"
+deadline=$((SECONDS + 1800))
+while :; do
+    gpus=$(ray exec "$config" "python -c 'import ray; ray.init(address=\"auto\", \
+logging_level=\"ERROR\"); print(int(ray.cluster_resources().get(\"GPU\", 0)))'" \
+        2>/dev/null | tail -n 1) || gpus=0
+    [[ $gpus =~ ^[0-9]+$ ]] || gpus=0
+    if ((gpus >= wait_gpus)); then
+        echo "   $gpus GPU(s)"
+        break
+    fi
+    if ((SECONDS > deadline)); then
+        echo "launch.sh: the cluster has $gpus of $wait_gpus GPUs after 30 min; see ray status" >&2
+        exit 1
+    fi
+    sleep 15
+done
 
 echo "== ray dashboard: http://127.0.0.1:$port"
 tunnel_log=$(mktemp "${TMPDIR:-/tmp}/ray-dashboard.XXXXXX")

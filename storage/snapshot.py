@@ -68,7 +68,9 @@ def read_snapshot(path: Path) -> Snapshot:
         if doc["sha256"] != _checksum(body):
             raise SnapshotError(f"{path}: checksum mismatch (file damaged)")
         best = Best(**body["best"]) if body["best"] is not None else None
-        by_device = {d: Best(**b) for d, b in body.get("by_device", {}).items()}
+        # A snapshot from before `by_device` existed: its best was its one device's.
+        by_device = {d: Best(**b) for d, b in body["by_device"].items()} \
+            if "by_device" in body else {best.device: best} if best else {}
         return Snapshot(**{**body, "best": best, "by_device": by_device})
     except SnapshotError:
         raise
@@ -83,8 +85,9 @@ def read_best(path: Path, fingerprint: str) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    # Files written before `by_device` existed are intact too.
     if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint or \
-            set(doc) != set(BEST_KEYS):
+            set(doc) not in (set(BEST_KEYS), set(BEST_KEYS) - {"by_device"}):
         return None
     return doc
 

@@ -85,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else local)")
+    p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else one "
+                                     "`ray start` began on this machine, else a private "
+                                     "local instance; `local` for that one)")
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this invocation, then stop resumably")
     p.add_argument("--cache-partial", action="store_true",

@@ -176,6 +176,8 @@ def _join_responsively(init: Callable[[], object], address: str,
             thread.join(0.1)
     if failure:
         e = failure[0]
+        if type(e).__name__ == "AuthenticationError":  # ray.exceptions', before any call
+            raise SpecError(_no_token_here()) from None
         if isinstance(e, ConnectionError):
             raise SpecError(f"--address: cannot join the Ray cluster at {address} "
                             f"({str(e).splitlines()[0][:300]})") from None
@@ -200,34 +202,53 @@ class _RaysStderr:
     def __init__(self) -> None:
         self.refused = threading.Event()
         self._saved = -1
+        self._reader: threading.Thread | None = None
 
     def __enter__(self) -> _RaysStderr:
         try:
             self._saved = os.dup(2)
             read_end, write_end = os.pipe()
         except OSError:  # no fd 2, or no fds left: join unfiltered
+            if self._saved >= 0:
+                os.close(self._saved)
             return self
         os.dup2(write_end, 2)
         os.close(write_end)
-        threading.Thread(target=self._pass, args=(read_end,), name="ray-stderr",
-                         daemon=True).start()
+        self._reader = threading.Thread(target=self._pass, args=(read_end, self._saved),
+                                        name="ray-stderr", daemon=True)
+        self._reader.start()
         return self
 
-    def _pass(self, read_end: int) -> None:
-        with os.fdopen(read_end, "rb") as lines:
-            for line in lines:
-                if self.MARK in line:
-                    self.refused.set()
-                else:
-                    with contextlib.suppress(OSError):
-                        os.write(self._saved, line)
+    def _pass(self, read_end: int, saved: int) -> None:
+        """Until the pipe's end; then this thread closes the saved fd, which it writes to:
+        closed any earlier, its number could be reused by a file opened meanwhile."""
+        try:
+            with os.fdopen(read_end, "rb") as lines:
+                for line in lines:
+                    if self.MARK in line:
+                        self.refused.set()
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.write(saved, line)
+        finally:
+            os.close(saved)
 
     def __exit__(self, *exc: object) -> None:
-        if self._saved < 0:
+        if self._reader is None:
             return
         sys.stderr.flush()
         os.dup2(self._saved, 2)  # closes the pipe's write end: the reader ends
-        os.close(self._saved)
+        self._reader.join(1.0)  # what is still in the pipe goes out before we go on
+
+
+def _no_token_here() -> str:
+    """Ray in token mode (RAY_AUTH_MODE=token) found no token to send."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    looked = f"{path} (RAY_AUTH_TOKEN_PATH) does not hold one" if path else \
+        "neither RAY_AUTH_TOKEN nor ~/.ray/auth_token holds one"
+    return (f"--address: RAY_AUTH_MODE=token, but this machine has no token ({looked}); "
+            "set RAY_AUTH_TOKEN to the cluster's token or put it in ~/.ray/auth_token "
+            "(`ray get-auth-token` on the head prints it)")
 
 
 def _refused_token(address: str) -> str:
@@ -311,7 +332,7 @@ def labelled_types() -> set[str]:
 def _kinds(spec: Spec, available: dict[str, int], cap: int | None, what: str
            ) -> tuple[str, ...]:
     """A device type per worker: every type the spec allows, a worker per device of it,
-    at most `cap` in all."""
+    at most `cap` in all, taken from the types in turn (a cap keeps every type)."""
     allowed = spec.run.accelerator_types
     if allowed is not None:
         missing = [t for t in allowed if t not in available]
@@ -319,9 +340,10 @@ def _kinds(spec: Spec, available: dict[str, int], cap: int | None, what: str
             has = ", ".join(f"{t or 'unlabelled'} x{n}" for t, n in sorted(available.items()))
             raise SpecError(f"{spec.path}: run.accelerator_types: the cluster has no "
                             f"{what} of type {', '.join(allowed)} (it has: {has or 'none'})")
-    kinds = [t for t, n in sorted(available.items()) if allowed is None or t in allowed
-             for _ in range(n)]
-    return tuple(kinds[:cap] if cap else kinds)
+    counts = {t: n for t, n in sorted(available.items()) if allowed is None or t in allowed}
+    kinds = [t for k in range(max(counts.values(), default=0)) for t, n in counts.items()
+             if k < n]
+    return tuple(sorted(kinds[:cap] if cap else kinds))
 
 
 def placement(spec: Spec, backend: str) -> Placement:
@@ -336,6 +358,10 @@ def placement(spec: Spec, backend: str) -> Placement:
                             "device types are simulate.devices, and it names none")
         return Placement(workers=cap or spec.simulate.workers, num_cpus=0,
                          resources=spec.simulate.resources)
+    if spec.run.accelerator_types is not None and backend != "cuda":
+        raise SpecError(f"{spec.path}: run.accelerator_types: chooses GPU types, but this "
+                        f"run's backend is {backend}" + (" (the Ray cluster has no GPU yet?)"
+                                                         if backend == "interpret" else ""))
     if backend == "replay":
         return Placement(workers=cap or spec.replay.workers, num_cpus=0,
                          compile_workers=spec.replay.compile_slots)

@@ -37,9 +37,6 @@ class Placement:
     kinds: tuple[str, ...] = ()
     resources: Mapping[str, float] = field(default_factory=dict)  # more, per worker
 
-    def kind(self, slot: int) -> str:
-        return self.kinds[slot] if self.kinds else ""
-
 
 @dataclass(frozen=True)
 class WorkerUp:

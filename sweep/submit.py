@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fnmatch
 import http.client
 import importlib.util
 import json
@@ -50,10 +52,12 @@ import secrets
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import FrameType
@@ -122,6 +126,7 @@ def _submit(args: argparse.Namespace, stop: StopController, out: Console,
     spec = load_spec(args.spec, backend=args.backend, import_kernel=False)
     spec.expand()
     spec_rel = _shipped_path(args.spec, here)
+    _check_size(here)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out_dir = _head_path(args.out) if args.out is not None \
         else f"~/{DEFAULT_RUNS}/{spec.name}-{stamp}"
@@ -174,6 +179,42 @@ def _shipped_path(spec: Path, here: Path) -> str:
         raise SubmitError(f"{spec}: lies in a directory that is not shipped to the cluster "
                           f"({', '.join(sorted(skipped))}); move it")
     return PurePosixPath(*rel.parts).as_posix()
+
+
+MAX_SHIPPED_BYTES = 100 << 20  # what Ray's job upload takes (its GCS_STORAGE_MAX_SIZE)
+
+
+def _shipped_files(here: Path) -> Iterator[Path]:
+    """What the working_dir will carry, near enough: in a git checkout the files git
+    would (tracked, or untracked and not ignored); elsewhere every file. EXCLUDES too."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"],
+                                cwd=here, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        listed = None
+    if listed is not None and listed.returncode == 0:
+        names: Iterable[Path] = (here / n for n in listed.stdout.decode(errors="replace")
+                                 .split("\0") if n)
+    else:
+        names = (Path(top) / f for top, _, files in os.walk(here) for f in files)
+    for path in names:
+        if not any(fnmatch.fnmatch(part, p) for part in path.relative_to(here).parts
+                   for p in EXCLUDES):
+            yield path
+
+
+def _check_size(here: Path) -> None:
+    """Ray packs the whole directory before it can refuse it (minutes for gigabytes, deaf
+    to Ctrl+C meanwhile): refuse one that is surely too large at once."""
+    total = 0
+    for path in _shipped_files(here):
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_size
+        if total > MAX_SHIPPED_BYTES:
+            raise SubmitError(f"{here}: holds more than {MAX_SHIPPED_BYTES >> 20} MiB to ship "
+                              "as the job's working directory, more than Ray accepts; run "
+                              "sweep submit from a directory with just your spec and kernel "
+                              "modules (or list the rest in .gitignore)")
 
 
 _TILDE = re.compile(r"~[A-Za-z0-9._-]*")

@@ -3,6 +3,7 @@ per type (best.json, snapshot, summary, cache), finalists are re-timed on a devi
 type they were picked on, and a spec may restrict a sweep to some types."""
 
 import json
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,6 +14,8 @@ from test_driver import make
 from actors.simulate import SimulatedBackend, draws
 from storage.records import TrialOutcome, TrialRecord
 from storage.snapshot import Best
+from sweep.cluster import placement
+from sweep.spec import SpecError, load_spec
 from sweep.tally import Tally
 
 DEVICES = {"SIM-A": 1, "SIM-B": 2}
@@ -144,3 +147,20 @@ def test_the_same_config_fails_alike_on_every_type_but_times_differently():
     untyped = SimulatedBackend(trial_ms=1, fail_rate=0, crash_rate=0, hang_rate=0, seed=1)
     assert untyped.latency_ms(config) == 0.5 + draws(1, config)[1]  # unchanged without types
     assert a.latency_ms(config) != b.latency_ms(config)
+
+
+def test_a_cap_on_workers_keeps_every_device_type(tmp_path):
+    spec = load_spec(simulate_spec(tmp_path / "s.yaml",
+                                   run={"workers": 3},
+                                   simulate={"devices": {"SIM-A": 4, "SIM-B": 1, "SIM-C": 2}}))
+    assert placement(spec, "simulate").kinds == ("SIM-A", "SIM-B", "SIM-C")
+    uncapped = replace(spec, run=replace(spec.run, workers=None))
+    assert placement(uncapped, "simulate").kinds == ("SIM-A",) * 4 + ("SIM-B",) + ("SIM-C",) * 2
+
+
+def test_types_cannot_be_chosen_for_a_backend_without_them(tmp_path):
+    spec = load_spec(simulate_spec(tmp_path / "s.yaml", run={"accelerator_types": ["H100"]}))
+    with pytest.raises(SpecError, match=r"simulate\.devices, and it names none"):
+        placement(spec, "simulate")
+    with pytest.raises(SpecError, match="chooses GPU types, but this run's backend is interpret"):
+        placement(spec, "interpret")

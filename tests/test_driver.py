@@ -372,3 +372,13 @@ def test_trials_count_only_once_their_write_is_durable_and_a_failed_write_ends_t
     # At each write, no more were counted than earlier writes had made durable.
     assert all(c <= w for c, w in zip(counted_at_write, [0, *written]))
     assert driver.tally.done <= written[-2]  # the failed group never counted
+
+
+def test_a_stop_does_not_await_a_batch_an_in_order_worker_began_after_it():
+    rt = FakeRuntime(trial=lambda i, c, a, w: Ok(seconds=2))
+    driver, log, _ = make(4, rt, limits=replace(LIMITS, batch_size=1, drain_s=10), workers=1,
+                          should_stop=lambda: rt.now >= 2)
+    assert driver.run() == "stopped"
+    # The stop came while trial 0 ran; trial 1's batch, queued behind it, began after.
+    assert sorted(r.index for r in log.records) == [0]
+    assert log.attempts == [SpentAttempt(1, 1, "interrupted")]

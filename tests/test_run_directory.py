@@ -27,6 +27,7 @@ from conftest import (
 )
 
 import storage.journal as journal_module
+import storage.snapshot as snapshot_module
 from storage.journal import read_journal
 from sweep import rundir
 from sweep.spec import load_spec
@@ -362,3 +363,28 @@ def test_a_run_named_after_its_spec_file_keeps_that_name_when_resumed(ray_local,
     assert capsys.readouterr().out.startswith("sweep tuning: interrupted")
     assert sweep_cli("resume", tmp_path / "run") == 0
     assert capsys.readouterr().out.startswith("sweep tuning: complete")
+
+
+def test_a_complete_run_from_before_best_per_device_type_resumes_as_intact(
+        ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
+    out = tmp_path / "run"
+    assert sweep_cli("run", spec, "--out", out) == 0
+    # As this project wrote them before best.json and the snapshot had `by_device`.
+    best = json.loads((out / "best.json").read_text())
+    del best["by_device"]
+    (out / "best.json").write_text(json.dumps(best, indent=2) + "\n")
+    doc = json.loads((out / "snapshot.json").read_text())
+    del doc["snapshot"]["by_device"]
+    doc["sha256"] = snapshot_module._checksum(doc["snapshot"])
+    (out / "snapshot.json").write_text(json.dumps(doc, indent=2) + "\n")
+    before = files(out)
+    capsys.readouterr()
+    assert sweep_cli("resume", out) == 0
+    assert "already complete (60 trials); nothing to do" in capsys.readouterr().out
+    assert files(out) == before
+    (out / "best.json").unlink()
+    assert sweep_cli("resume", out) == 0
+    rebuilt = json.loads((out / "best.json").read_text())
+    assert rebuilt["by_device"] == {best["device"]: {
+        "config": best["config"], "index": best["index"], "latency_ms": best["latency_ms"]}}

@@ -329,7 +329,7 @@ def test_a_second_ctrl_c_stops_waiting_and_leaves_the_job_running(head, tmp_path
 
 
 @pytest.mark.parametrize("case", ["unreachable", "missing spec", "bad spec", "relative out",
-                                  "no ray[default]"])
+                                  "no ray[default]", "too large"])
 def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
     work = work_dir(tmp_path)
     simulate_spec(work / "spec.yaml")
@@ -354,6 +354,12 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
         expected = ("error: --out: 'runs/x' is relative: it would land in the job's "
                     "temporary copy of this directory, which Ray deletes; give an absolute "
                     "path on the head node (or a shared filesystem), or ~/...")
+    elif case == "too large":  # Ray would pack it for minutes before refusing it
+        with open(work / "data.bin", "wb") as f:
+            f.truncate(101 << 20)  # sparse: its size, not its blocks, is what would ship
+        expected = (f"error: {work}: holds more than 100 MiB to ship as the job's working "
+                    "directory, more than Ray accepts; run sweep submit from a directory "
+                    "with just your spec and kernel modules (or list the rest in .gitignore)")
     else:  # an aiohttp that cannot be imported stands in for a plain `pip install ray`
         shadow = tmp_path / "shadow" / "aiohttp"
         shadow.mkdir(parents=True)
