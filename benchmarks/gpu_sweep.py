@@ -32,6 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+# (b): 600 matmul configs, some of which cannot compile (also time_to_answer.py's).
+SPEC_600 = {"name": "matmul-600", "kernel": "matmul",
+            "problem": {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"},
+            "space": {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 48, 64, 128, 256],
+                      "BLOCK_K": [32, 64, 128], "GROUP_M": [8], "num_warps": [4, 8],
+                      "num_stages": [2, 3, 4, 5]},
+            "timing": {"warmup_ms": 10, "rep_ms": 25},
+            "validation": {"rtol": 0.01, "atol": 0.05},
+            "run": {"backend": "cuda", "trial_timeout_s": 120}}
+
+
 def sweep(spec: dict, tmp: Path, name: str, cache: Path) -> dict:
     """Run `sweep run` on a spec; returns its timings, picks and counts."""
     spec_path = tmp / f"{name}.yaml"
@@ -191,17 +202,9 @@ def main() -> None:
                              if k not in ("retimed_all", "retimed_indices")}, flush=True)
             save()
         if "b" in args.only:
-            space_b = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 48, 64, 128, 256],
-                       "BLOCK_K": [32, 64, 128], "GROUP_M": [8], "num_warps": [4, 8],
-                       "num_stages": [2, 3, 4, 5]}
-            spec_b = {"name": "matmul-600", "kernel": "matmul",
-                      "problem": {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"},
-                      "space": space_b, "timing": {"warmup_ms": 10, "rep_ms": 25},
-                      "validation": {"rtol": 0.01, "atol": 0.05},
-                      "run": {"backend": "cuda", "trial_timeout_s": 120}}
             b = result["b"] = {}
             for gpus in (1, 2):
-                spec = {**spec_b, "run": {**spec_b["run"], "workers": gpus}}
+                spec = {**SPEC_600, "run": {**SPEC_600["run"], "workers": gpus}}
                 b[f"sweep_{gpus}gpu"] = sweep(spec, tmp, f"b{gpus}", tmp / f"cache-b{gpus}")
                 print(f"b {gpus} GPU", b[f"sweep_{gpus}gpu"]["sweep_s"],
                       b[f"sweep_{gpus}gpu"]["counts"], flush=True)

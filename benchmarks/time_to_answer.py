@@ -32,16 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_sweep import autotune_baseline  # noqa: E402
-
-SPACE_600 = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 48, 64, 128, 256],
-             "BLOCK_K": [32, 64, 128], "GROUP_M": [8], "num_warps": [4, 8],
-             "num_stages": [2, 3, 4, 5]}
-SPEC_600 = {"name": "matmul-600", "kernel": "matmul",
-            "problem": {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"},
-            "space": SPACE_600, "timing": {"warmup_ms": 10, "rep_ms": 25},
-            "validation": {"rtol": 0.01, "atol": 0.05},
-            "run": {"backend": "cuda", "trial_timeout_s": 120}}
+from benchmarks.gpu_sweep import SPEC_600, autotune_baseline  # noqa: E402
 
 
 def command(spec: dict, tmp: Path, name: str, cache: Path, *extra: str,

@@ -48,8 +48,8 @@ def lost() -> bool:
 
 
 def abandoned() -> bool:
-    """Whether a ray.init was left running in a thread: the process must then end with
-    os._exit, since Ray's exit hooks could wait on it."""
+    """Whether a ray.init was left running in a thread, or the cluster's head was lost:
+    the process must then end with os._exit, since Ray's exit hooks would wait on either."""
     return _abandoned.is_set() or _lost.is_set()
 
 
