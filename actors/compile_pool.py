@@ -116,6 +116,9 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     inputs = kernel.make_inputs(problem, device, spec["seed"])
     args, _ = kernel.launch_args(inputs, problem)
+    # As the launcher passes them (actors/triton_backend.py): a compile for other
+    # keyword values would fill the cache with a binary nobody launches.
+    fixed = {**kernel.fixed, **spec["fixed"]}
     outbox.send(("ready", None, None))
     while True:
         try:
@@ -124,7 +127,8 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             return
         t0 = time.perf_counter()
         try:
-            compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, config), **config)
+            keywords = {**fixed, **config}
+            compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, keywords), **keywords)
             # Loading it here checks the GPU's limits (shared memory, threads per block) and
             # builds Triton's launcher for the signature, both off the GPU's critical path.
             init_handles = getattr(compiled, "_init_handles", None)
@@ -147,12 +151,13 @@ class _Proc:
 class CompilePool:
     def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
                  limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
-                 stderr: IO[bytes] | None = None) -> None:
+                 stderr: IO[bytes] | None = None,
+                 fixed: Mapping[str, Any] | None = None) -> None:
         """devices: GPU ids to spread the processes over (each sets up CUDA for its
         launch arguments); default: the one this process sees. stderr: where the
-        processes write theirs."""
+        processes write theirs. fixed: the spec's fixed keyword arguments."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
-                      "problem": dict(problem), "seed": seed}
+                      "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {})}
         self._devices = list(devices)
         self.limit = limit
         self._failed_starts = 0

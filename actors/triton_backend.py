@@ -48,6 +48,12 @@ def _raised_by_triton_language(e: BaseException) -> bool:
     return bool(frames) and frames[-1].filename.startswith(language_dir)
 
 
+def outputs(out: Any) -> tuple[Any, ...]:
+    """The tensors a kernel fills: launch_args' (or reference's) one tensor, or its tuple or
+    list of them."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def _is_sticky_cuda_error(e: BaseException) -> bool:
     text = f"{type(e).__name__}: {e}"
     return "CUDA error" in text or "AcceleratorError" in text
@@ -56,13 +62,17 @@ def _is_sticky_cuda_error(e: BaseException) -> bool:
 class TritonBackend:
     def __init__(self, kernel: Kernel, problem: Mapping[str, Any], *, interpret: bool,
                  trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
-                 tolerance: tuple[float, float] | None, seed: int) -> None:
+                 tolerance: tuple[float, float] | None, seed: int,
+                 fixed: Mapping[str, Any] | None = None) -> None:
         """trial_timing, finalist_timing: (warmup_ms, rep_ms) for every config's timing and
-        for the finalists' re-timing."""
+        for the finalists' re-timing. fixed: keyword arguments passed on every launch
+        besides the config's (the spec's; the kernel's own defaults are merged in here)."""
         import torch
 
         self.kernel = kernel
         self.problem = problem
+        # Under the config's keys: a parameter the spec tunes overrides a kernel default.
+        self.fixed = {**kernel.fixed, **(fixed or {})}
         self.interpret = interpret
         self.trial_timing = tuple(trial_timing)
         self.finalist_timing = tuple(finalist_timing)
@@ -81,9 +91,10 @@ class TritonBackend:
         first reference and comparison (cuBLAS set-up), the timer, Triton's GPU driver."""
         import torch
 
-        expected = self.kernel.reference(inputs, self.problem)
+        expected = outputs(self.kernel.reference(inputs, self.problem))[0]
         torch.allclose(expected, expected)
-        self._time(lambda: self.out.zero_(), 1.0, 1.0)
+        first = outputs(self.out)[0]
+        self._time(lambda: first.zero_(), 1.0, 1.0)
         if not self.interpret:
             from triton.runtime import driver
 
@@ -95,7 +106,8 @@ class TritonBackend:
         import torch
 
         fn = self.kernel.fn
-        grid = self.kernel.grid(self.problem, config)
+        keywords = self._keywords(config)
+        grid = self.kernel.grid(self.problem, keywords)
         compile_ms = None
         if compiled is not None:
             if not compiled.ok:
@@ -110,16 +122,17 @@ class TritonBackend:
         if compiled is None and not self.interpret:
             t0 = time.perf_counter()
             try:
-                fn.warmup(*args, grid=grid, **config)
+                fn.warmup(*args, grid=grid, **keywords)
             except Exception as e:
                 return TrialOutcome("compile_error", "skipped", error=_error_text(e))
             compile_ms = (time.perf_counter() - t0) * 1e3
 
         def launch() -> None:
-            fn[grid](*args, **config)
+            fn[grid](*args, **keywords)
 
         # NaN first, so output the kernel never wrote cannot pass as correct.
-        out.fill_(float("nan"))
+        for tensor in outputs(out):
+            tensor.fill_(float("nan"))
         try:
             launch()
             if not self.interpret:
@@ -130,12 +143,23 @@ class TritonBackend:
         validation: Validation = "disabled"
         if self.tolerance is not None:
             rtol, atol = self.tolerance
-            got, expected = out.float(), self.kernel.reference(inputs, self.problem).float()
-            if not torch.allclose(got, expected, rtol=rtol, atol=atol):
-                diff = (got - expected).abs().nan_to_num(float("inf")).max().item()
-                return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
-                                    error=f"output differs from the reference: max abs error "
-                                          f"{diff:.4g} (rtol={rtol}, atol={atol})")
+            got = outputs(out)
+            expected = outputs(self.kernel.reference(inputs, self.problem))
+            if len(expected) != len(got):
+                return TrialOutcome(
+                    "runtime_error", "skipped", compile_ms=compile_ms,
+                    error=f"the kernel's reference returned {len(expected)} output(s) and "
+                          f"its launch_args {len(got)}: reference must return one tensor "
+                          "per output, in launch_args' order")
+            for i, (tensor, reference) in enumerate(zip(got, expected)):
+                a, b = tensor.float(), reference.float()
+                if not torch.allclose(a, b, rtol=rtol, atol=atol):
+                    diff = (a - b).abs().nan_to_num(float("inf")).max().item()
+                    which = "output" if len(got) == 1 else f"output {i + 1} of {len(got)}"
+                    return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
+                                        error=f"{which} differs from the reference: max abs "
+                                              f"error {diff:.4g} (rtol={rtol}, atol={atol})")
+                del a, b
             validation = "passed"
             del got, expected
         try:
@@ -158,9 +182,14 @@ class TritonBackend:
                 got.append(self._time(launch, *self.finalist_timing).median_ms)
         return [summarise(s) for s in samples]
 
+    def _keywords(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """What the kernel and its grid get: the fixed values and the config."""
+        return {**self.fixed, **config}
+
     def _launcher(self, config: Mapping[str, Any]) -> Callable[[], None]:
-        fn, grid = self.kernel.fn, self.kernel.grid(self.problem, config)
-        return lambda: fn[grid](*self.args, **config)
+        keywords = self._keywords(config)
+        fn, grid = self.kernel.fn, self.kernel.grid(self.problem, keywords)
+        return lambda: fn[grid](*self.args, **keywords)
 
     def _launch_failure(self, e: Exception, compile_ms: float | None,
                         validation: str = "skipped") -> TrialOutcome:

@@ -117,6 +117,8 @@ class WorkerSettings:
     # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
     prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
     run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
+    # Keyword arguments passed on every launch and compile besides the config's.
+    fixed: dict[str, Any] = field(default_factory=dict)
 
 
 def make_backend(settings: WorkerSettings, kind: str = "") -> Backend:
@@ -142,7 +144,7 @@ def launcher_payload(settings: WorkerSettings) -> str:
         "kernel": settings.kernel, "kernel_path": settings.kernel_path,
         "problem": dict(settings.problem), "interpret": settings.backend == "interpret",
         "trial_timing": settings.trial_timing, "finalist_timing": settings.finalist_timing,
-        "tolerance": settings.tolerance, "seed": settings.seed})
+        "tolerance": settings.tolerance, "seed": settings.seed, "fixed": dict(settings.fixed)})
 
 
 def make_compiler(settings: WorkerSettings) -> Compiler | None:
@@ -155,7 +157,7 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
         from actors.compile_pool import CompilePool
 
         return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
-                           settings.seed, limit, settings.kernel_path)
+                           settings.seed, limit, settings.kernel_path, fixed=settings.fixed)
     return None
 
 

@@ -60,7 +60,7 @@ def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") ->
     t0 = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with WorkerCpu() as workers_cpu:
-        proc = subprocess.run([sys.executable, "-m", "sweep.cli", "run", spec, "--out", out,
+        proc = subprocess.run([sys.executable, "-m", "sweep", "run", spec, "--out", out,
                                "--address", ADDRESS], cwd=ROOT, env=ENV,
                               capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

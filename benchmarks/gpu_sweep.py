@@ -50,7 +50,8 @@ def sweep(spec: dict, tmp: Path, name: str, cache: Path) -> dict:
     out = tmp / name
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "RAY_USAGE_STATS_ENABLED": "0"}
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "sweep.cli", "run", spec_path, "--out", out],
+    proc = subprocess.run([sys.executable, "-m", "sweep", "run", spec_path, "--out", out,
+                           "--force"],  # tune again although an earlier run was cached
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     wall = time.time() - t0
     if proc.returncode != 0:

@@ -28,9 +28,10 @@ SPECS = ("configs/quickstart.yaml", "configs/simulate-10k.yaml")
 
 def timed_run(spec: str, out: Path) -> dict:
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "sweep.cli", "run", spec, "--out", out], cwd=ROOT,
-                   env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, check=True,
-                   capture_output=True)
+    # A cache of its own, empty: a new user's first run (a cached best would answer it).
+    subprocess.run([sys.executable, "-m", "sweep", "run", spec, "--out", out], cwd=ROOT,
+                   env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+                        "SWEEP_CACHE_DIR": f"{out}-cache"}, check=True, capture_output=True)
     command_s = time.monotonic() - t0
     snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
     return {"command_s": command_s, "sweep_s": snap["written_at"] - snap["first_dispatch_at"],

@@ -45,7 +45,7 @@ ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"
 
 
 def sweep(*args: object, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sweep.cli", *map(str, args)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "sweep", *map(str, args)], cwd=ROOT,
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, **kw)
 

@@ -45,7 +45,7 @@ def command(spec: dict, tmp: Path, name: str, cache: Path, *extra: str,
            **(env_extra or {})}
     launched = time.time()
     proc = subprocess.run([sys.executable, "-m", "sweep", "run", spec_path, "--out", out,
-                           *extra], cwd=tmp, env=env, capture_output=True, text=True,
+                           "--force", *extra], cwd=tmp, env=env, capture_output=True, text=True,
                           timeout=400)
     exited = time.time()
     if proc.returncode != 0:

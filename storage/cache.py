@@ -1,17 +1,23 @@
-"""The best-config cache: the winner of each finished sweep, keyed by what it was tuned for
-(kernel and its source, problem, backend, device), for later runs and tools to look up.
+"""The best-config cache: the best config found for a kernel on a device, for later runs,
+`sweep best` and a user's launch code (sweep/tuned.py) to look up.
 
+An entry is keyed by everything that decides which config is fastest: the kernel and its
+source, the problem, the backend, the device's name and the torch and Triton versions.
+It keeps the best any run found (not the last run's), with where and when it was found.
 An interrupted sweep's best is a guess: it is written here only when the user asks
-(`--cache-partial`), and then marked `partial`.
+(`--cache-partial`), marked `partial`, and never replaces a complete run's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,18 @@ from storage.records import canonical_json
 def cache_dir() -> Path:
     root = os.environ.get("SWEEP_CACHE_DIR") or Path.home() / ".cache" / "triton-sweep"
     return Path(root) / "best"
+
+
+def library_versions() -> dict[str, str]:
+    """The torch and Triton of this environment: a new version may change which config is
+    fastest, so it is part of an entry's key."""
+    out = {}
+    for dist in ("torch", "triton"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
 
 
 @dataclass(frozen=True)
@@ -37,39 +55,103 @@ class CacheEntry:
     run_dir: str
     partial: bool
     written_at: float
+    versions: Mapping[str, str] = field(default_factory=dict)
+    # The kernel's fixed (non-tuned) arguments as the spec writes them (the kernel record's
+    # own defaults are part of its source): another value is another kernel to tune.
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    # The fingerprints of every complete sweep that tuned this key, whether or not its
+    # best is the one kept: `sweep run` of one of these sweeps has nothing left to find.
+    runs: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return entry_key(self.kernel, self.kernel_source, self.problem, self.backend,
-                         self.device)
+                         self.device, self.versions, self.fixed)
+
+    def better_than(self, other: CacheEntry) -> bool:
+        """A complete run's best beats a partial one's whatever the latency: a stop may
+        come before the fastest region of the space was reached."""
+        if self.partial != other.partial:
+            return not self.partial
+        return self.latency_ms < other.latency_ms
 
 
 def entry_key(kernel: str, kernel_source: str, problem: Mapping[str, Any], backend: str,
-              device: str) -> str:
+              device: str, versions: Mapping[str, str],
+              fixed: Mapping[str, Any] | None = None) -> str:
     what = {"kernel": kernel, "source": kernel_source, "problem": dict(problem),
-            "backend": backend, "device": device}
+            "backend": backend, "device": device, "versions": dict(versions)}
+    if fixed:
+        what["fixed"] = dict(fixed)
     return hashlib.sha256(canonical_json(what).encode()).hexdigest()[:24]
 
 
-def store(entry: CacheEntry, root: Path | None = None) -> Path:
+def read(path: Path) -> CacheEntry | None:
+    """An entry, or None for a damaged or foreign file: a cache miss, never an error."""
+    try:
+        doc = json.loads(path.read_text())
+        names = {f.name for f in fields(CacheEntry)}
+        if not isinstance(doc, dict) or not set(doc) <= names:
+            return None
+        entry = CacheEntry(**{**doc, "runs": tuple(doc.get("runs", ()))})
+        return entry if path.stem == entry.key else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path]:
+    """Keep the better of entry and the one its key holds, with the complete runs of both.
+    Returns the entry the cache keeps and its file. Runs that finish together are
+    serialised by a lock."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{entry.key}.json"
-    write_bytes_atomically(path, (json.dumps(asdict(entry), indent=2) + "\n").encode())
-    return path
+    with _locked(root):
+        held = read(path) if path.exists() else None
+        runs = tuple(dict.fromkeys([*(held.runs if held else ()),
+                                    *(() if entry.partial else (entry.fingerprint,))]))
+        kept = entry if held is None or entry.better_than(held) else held
+        kept = replace(kept, runs=runs)
+        if kept != held:
+            write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())
+        return kept, path
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Read, compare and replace as one step among processes (a blocking flock)."""
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],
+           fixed: Mapping[str, Any] | None = None,
            root: Path | None = None) -> list[CacheEntry]:
-    """Every cached best for this kernel and problem, on any backend and device."""
+    """Every cached best for this kernel, problem and fixed arguments, on any backend,
+    device and versions."""
     root = root or cache_dir()
     found = []
+    want = (kernel, kernel_source, dict(problem), dict(fixed or {}))
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
-        try:
-            entry = CacheEntry(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            continue  # a damaged entry is a cache miss, never an error
-        if (entry.kernel, entry.kernel_source, dict(entry.problem)) == \
-                (kernel, kernel_source, dict(problem)):
+        entry = read(path)
+        if entry is not None and (entry.kernel, entry.kernel_source, dict(entry.problem),
+                                  dict(entry.fixed)) == want:
             found.append(entry)
+    return found
+
+
+
+def answering(entries: list[CacheEntry], devices: list[str]) -> list[CacheEntry]:
+    """The entry for each device (by its exact name), or nothing unless every device has
+    one: a run on several devices is answered whole or not at all."""
+    found = []
+    for device in dict.fromkeys(devices):
+        matching = [e for e in entries if e.device == device]
+        if not matching:
+            return []
+        found.append(min(matching, key=lambda e: e.latency_ms))
     return found

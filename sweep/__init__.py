@@ -1,4 +1,5 @@
-"""The driver side of the sweep: spec, space, driver loop, signals, CLI."""
+"""The driver side of the sweep: spec, space, driver loop, signals, CLI, Python API."""
 
 # Exit codes of the `sweep` command; 128 + the signal number when a signal stopped it.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# EXIT_NONE_WORKED: the run is complete, and no config succeeded.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NONE_WORKED = 0, 1, 2, 3

@@ -2,6 +2,6 @@
 
 import sys
 
-from sweep.cli import main
+from sweep.command import main
 
 sys.exit(main())

@@ -1,62 +1,26 @@
 """`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`.
 
-Exit codes: 0 complete (or stopped by --max-trials), 1 internal failure (a full disk
-among them), 2 bad input, 130 stopped by SIGINT, 143 stopped by SIGTERM. Progress goes to
-stderr, the summary to stdout.
+Exit codes: 0 complete (or stopped by --max-trials or --time-budget), 1 internal failure
+(a full disk among them), 2 bad input, 3 complete but no config succeeded, 130 stopped by
+SIGINT, 143 stopped by SIGTERM. Progress goes to stderr, the summary to stdout.
+
+The installed command starts in sweep/command.py; this module is also what an in-process
+caller (tests) runs, and it changes nothing of the process by being imported.
 """
 
 from __future__ import annotations
 
+import argparse
+import shlex
+import sys
 import time
+from pathlib import Path
 
-# When the command began, for the time its summary reports: the user's time is the whole
-# command, its imports and Ray's start included. (Not the process's age: a shell running
-# `... && sweep run` as its last command may exec it in its own, older process.)
-STARTED = time.monotonic()
+from rich.console import Console
 
-from sweep.stop import StopController  # noqa: E402
-
-# First thing, before the slower imports below: a Ctrl+C or SIGTERM from here on is a clean
-# stop. (One that lands while Python itself starts still ends the process the default way,
-# with nothing written.)
-STOP = StopController()
-STOP.install()
-
-import os  # noqa: E402
-import sys  # noqa: E402
-
-
-def _own_packages_first() -> str:
-    """`python -m` puts the current directory first on sys.path, where a user's own folder
-    named like one of this project's packages (storage/, actors/) would replace it; with an
-    editable install even a place at the end would. So bind this project's top-level
-    packages before the directory goes back, at the end: a user's "module:attr" kernel
-    still resolves from it. Returns that directory."""
-    try:
-        here = os.getcwd()
-    except OSError:  # the directory was deleted under us
-        here = ""
-    if sys.path and sys.path[0] in ("", here):  # Python's own entry, not PYTHONPATH's
-        del sys.path[0]
-    import actors  # noqa: F401
-    import storage  # noqa: F401
-    import sweep_kernels  # noqa: F401
-
-    if here:
-        sys.path.append(here)
-    return here
-
-
-_own_packages_first()
-
-import argparse  # noqa: E402
-import shlex  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from rich.console import Console  # noqa: E402
-
-from sweep import EXIT_BAD_INPUT  # noqa: E402
-from sweep.report import say  # noqa: E402
+from sweep import EXIT_BAD_INPUT
+from sweep.report import say
+from sweep.stop import StopController
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,14 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default: a new one under runs/)")
     _cluster_args(run)
     run.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate", "replay"))
+    run.add_argument("--force", action="store_true",
+                     help="tune even when the best-config cache holds a complete run's best "
+                          "for this kernel, problem and device")
     resume = sub.add_parser("resume", help="continue a stopped run in place")
     resume.add_argument("dir", type=Path)
     resume.add_argument("--retry", metavar="STATUS[,STATUS]",
                         help="run the configs recorded with these statuses again (e.g. "
                              "timeout), compiles limited by run.trial_timeout_s alone")
     _cluster_args(resume)
-    best = sub.add_parser("best", help="the cached best configs for a spec's kernel and problem")
-    best.add_argument("spec", type=Path)
+    best = sub.add_parser("best", help="a run's best config, or the cached best for a spec's "
+                                       "kernel and problem: as JSON and a triton.Config line")
+    best.add_argument("target", type=Path, metavar="DIR|SPEC")
+    best.add_argument("--json", action="store_true", help="only JSON (one document)")
     report = sub.add_parser("report", help="summarise a run directory")
     report.add_argument("dir", type=Path)
     report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
@@ -90,30 +59,31 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
                                      "local instance; `local` for that one)")
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this invocation, then stop resumably")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="stop resumably (as a signal would) once the command has run this "
+                        "long")
+    p.add_argument("--trials-jsonl", type=Path, metavar="PATH",
+                   help="append each finished trial to PATH as a JSON line, as it finishes")
     p.add_argument("--cache-partial", action="store_true",
                    help="write an interrupted run's best to the best-config cache "
                         "(marked partial); by default only a complete run's best goes there")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The command (argv None: sys.argv) or an in-process call with its arguments."""
+def main(argv: list[str] | None = None, *, stop: StopController | None = None,
+         started: float | None = None) -> int:
+    """The command's arguments (argv None: sys.argv). stop: handlers the caller installed
+    and keeps (the command's own, from its first moment); without it, handlers are
+    installed for this call only. started: when the command began (time.monotonic())."""
     args = _parser().parse_args(argv)
-    stop = STOP
-    # Again, for an in-process caller (tests) that restored the handlers after a former
-    # call. The command itself keeps them to the end: a signal while Python shuts down
-    # must not turn a finished run into a KeyboardInterrupt.
-    stop.install()
-    # An in-process caller's own process began long before this call.
-    started = STARTED if argv is None else time.monotonic()
-    code = _main(args, stop, Console(), Console(stderr=True), started)
-    cluster = sys.modules.get("sweep.cluster")
-    if argv is None and cluster is not None and cluster.abandoned():
-        # The command ends here although a thread is stuck inside ray.init, on which
-        # Ray's exit hooks would wait. (An in-process caller keeps its interpreter.)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    own = stop is None
+    stop = stop or StopController()
+    stop.install()  # again: Ray's import may have replaced them
+    try:
+        return _main(args, stop, Console(), Console(stderr=True),
+                     started if started is not None else time.monotonic())
+    finally:
+        if own:
+            stop.restore()
 
 
 def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console,
@@ -130,30 +100,43 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
 
             return report(args.dir, args.top, out)
         if args.command == "best":
-            from sweep.report import cached_best
+            from sweep.best import show_best
 
-            return cached_best(args.spec, out)
-        if args.max_trials is not None and args.max_trials < 1:
-            raise SpecError(f"--max-trials: expected an integer >= 1, got {args.max_trials}")
+            return show_best(args.target, args.json, out)
+        from sweep.api import check_limits
+
+        check_limits(args.max_trials, args.time_budget)
         if args.command == "submit":
             from sweep.submit import submit
 
             return submit(args, stop, out, err)
-        from sweep.session import Session
+        from sweep.api import invoke, observers
+        from sweep.session import Request
 
-        retry = _retry_statuses(args.retry) if args.command == "resume" else frozenset()
-        session = (Session.start(args.spec, args.out, args.backend, command)
-                   if args.command == "run" else Session.reopen(args.dir, err, command))
-        session.retry = retry
-        return session.execute(args.address, args.max_trials, args.cache_partial, stop, out,
-                               err, started=started)
+        watching = observers(None, args.trials_jsonl,
+                             lambda message: say(err, f"warning: {message}"), "--trials-jsonl")
+        request = Request(
+            address=args.address, max_trials=args.max_trials, time_budget_s=args.time_budget,
+            cache_partial=args.cache_partial, force=getattr(args, "force", False),
+            observers=tuple(watching))
+        try:
+            if args.command == "run":
+                code, _ = invoke("run", args.spec, request, stop, out, err, started,
+                                 out_dir=args.out, backend=args.backend, label=command)
+            else:
+                code, _ = invoke("resume", args.dir, request, stop, out, err, started,
+                                 retry=retry_statuses(args.retry), label=command)
+        finally:
+            for observer in watching:
+                observer.close()
+        return code
     except (SpecError, JournalError, RunDirBusy) as e:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT
 
 
-def _retry_statuses(text: str | None) -> frozenset[str]:
+def retry_statuses(text: str | None, name: str = "--retry") -> frozenset[str]:
     from storage.records import STATUSES
     from sweep.spec import SpecError
 
@@ -162,10 +145,12 @@ def _retry_statuses(text: str | None) -> frozenset[str]:
     allowed = [s for s in STATUSES if s != "ok"]
     given = frozenset(t.strip() for t in text.split(","))
     if not given or not given <= set(allowed):
-        raise SpecError(f"--retry: expected statuses from {', '.join(allowed)} "
+        raise SpecError(f"{name}: expected statuses from {', '.join(allowed)} "
                         f"(comma-separated), got {text!r}")
     return given
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sweep.command import main as command
+
+    sys.exit(command())

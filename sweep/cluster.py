@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -78,8 +80,13 @@ def connect(address: str | None, stop_requested: Callable[[], bool],
     # "local": Ray would otherwise look for a cluster of its own accord (and refuse
     # num_cpus for one it found).
     with _neutral_cwd(), _without_rays_sigterm_handler():
-        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                 **common)
+        try:
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     **common)
+        except KeyboardInterrupt:  # an API caller's second Ctrl+C: leave no Ray half up
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            raise
     return True
 
 
@@ -321,6 +328,46 @@ def device_types() -> dict[str, int]:
                           if k.startswith(TYPE_RESOURCE)), "")
             counts[label] = counts.get(label, 0) + gpus
     return counts
+
+
+def gpu_names(kinds: list[str], timeout_s: float = 60.0) -> list[str] | None:
+    """The CUDA device name of a GPU of each kind ("": any GPU), as torch reports it on
+    one (the trial table's `device`, the best-config cache's key), asked of a short task
+    there; None if one did not answer in time (its GPUs busy). Ray's accelerator type
+    cannot stand in for it: H100 SXM, PCIe and NVL GPUs are all `H100`."""
+
+    # max_calls=1: the worker exits afterwards, and its CUDA context with it.
+    name = ray.remote(num_gpus=0.01, num_cpus=0, max_calls=1)(_device_name)
+
+    def ask(kind: str) -> Any:
+        resources = {f"{TYPE_RESOURCE}{kind}": 0.001} if kind else {}
+        return name.options(resources=resources).remote()
+
+    asked = [ask(kind) for kind in kinds]
+    try:
+        return list(ray.get(asked, timeout=timeout_s))
+    except ray.exceptions.RayError:  # a timeout among them
+        for ref in asked:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.cancel(ref, force=True)
+        return None
+
+
+def _device_name() -> str:
+    """nvidia-smi answers in milliseconds where torch takes seconds to import and start
+    CUDA (3 s on an H200 box); both read the name from the driver ("NVIDIA H200" from
+    either there). A node whose GPUs differ asks torch about the one Ray gave the task."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=10)
+            names = {line.strip() for line in done.stdout.splitlines() if line.strip()}
+            if done.returncode == 0 and len(names) == 1:
+                return names.pop()
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
 
 
 def labelled_types() -> set[str]:

@@ -1,5 +1,9 @@
 """Constraint expressions: arithmetic and comparisons over parameter names, never eval().
 
+Besides parameters, an expression may name constants (the problem's values, say): each is
+compiled into the expression as its value, of the kind its Python type gives, so the space
+is filtered over the parameters' columns alone.
+
 An expression is parsed with `ast`, checked against a whitelist of node types and a small
 static type check, and turned into a tree of small closures that evaluate over whole numpy
 columns at once, so a space of millions of points is filtered in milliseconds.
@@ -88,7 +92,7 @@ _ALLOWED = "use arithmetic, comparisons, and/or/not"
 
 class ConstraintError(ValueError):
     """The expression does not parse, uses something other than arithmetic and comparisons,
-    mixes kinds (e.g. a number and a string), or names an unknown parameter."""
+    mixes kinds (e.g. a number and a string), or names an unknown parameter or constant."""
 
 
 def truth(value: Value) -> np.ndarray:
@@ -112,9 +116,13 @@ class Constraint:
         return np.broadcast_to(result, (n,))
 
 
-def parse_constraint(text: str, parameters: Mapping[str, type]) -> Constraint:
+def parse_constraint(text: str, parameters: Mapping[str, type],
+                     constants: Mapping[str, Any] | None = None, *,
+                     unknown: str = "") -> Constraint:
     """Compile `text` over `parameters` (each name's Python value type: bool, int, float or
-    str)."""
+    str) and `constants` (name -> a bool, int, float or str; a parameter of the same name
+    wins). Constraint.names holds only the parameters it reads. unknown: what an unknown
+    name's message says was expected (default: the parameters)."""
     source = text.strip()
     if len(source) > MAX_CHARS:
         raise ConstraintError(f"is {len(source):,} characters long; at most {MAX_CHARS:,}")
@@ -125,7 +133,9 @@ def parse_constraint(text: str, parameters: Mapping[str, type]) -> Constraint:
     except (RecursionError, MemoryError, ValueError, OverflowError) as e:
         raise ConstraintError(f"does not parse ({type(e).__name__})") from None
     names: set[str] = set()
-    compiler = _Compiler(source, {n: KIND_OF_TYPE[t] for n, t in parameters.items()}, names)
+    known = {n: v for n, v in (constants or {}).items() if n not in parameters}
+    compiler = _Compiler(source, {n: KIND_OF_TYPE[t] for n, t in parameters.items()}, names,
+                         known, unknown)
     try:
         evaluate, kind = compiler.compile(tree.body, 0)
     except (RecursionError, MemoryError) as e:
@@ -151,6 +161,8 @@ class _Compiler:
     source: str
     kinds: Mapping[str, str]
     names: set[str]
+    constants: Mapping[str, Any]
+    unknown: str
 
     def compile(self, node: ast.AST, depth: int) -> tuple[Evaluator, str]:
         """(evaluator, kind) of node; numbers evaluate to float64 columns or scalars."""
@@ -184,7 +196,11 @@ class _Compiler:
             # another parameter.
             raise ConstraintError(f"the name {clip_repr(written)} is read by Python as "
                                   f"{node.id!r}; write {node.id!r}")
+        if node.id in self.constants and node.id not in self.kinds:
+            return self.constant(self.constants[node.id])
         if node.id not in self.kinds:
+            if self.unknown:
+                raise ConstraintError(f"unknown name {clip_repr(node.id)} ({self.unknown})")
             known = clip_text(", ".join(sorted(self.kinds)), 200)
             raise ConstraintError(f"unknown parameter {clip_repr(node.id)} (parameters: {known})")
         self.names.add(node.id)

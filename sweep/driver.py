@@ -636,8 +636,11 @@ class Driver:
         self._committed = self.runtime.monotonic()
         group = bool(self._records or self._attempts)
         if self._writing is not None and (final or group or self._writing.done()):
-            written, self._writing = self._writing, None
-            self._count(written.result())
+            # Taken off only once durable and counted: a KeyboardInterrupt while waiting
+            # (an API caller's second Ctrl+C) leaves it for close() to count.
+            written = self._writing.result()
+            self._writing = None
+            self._count(written)
         if not group:
             return
         records, attempts, lines = self._records, self._attempts, self._lines

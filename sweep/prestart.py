@@ -109,7 +109,7 @@ class Prestart:
         size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
         pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
                            CompileLimit(settings.compile_timeout_s), settings.kernel_path,
-                           devices=gpus, stderr=log)
+                           devices=gpus, stderr=log, fixed=settings.fixed)
         for index, config in itertools.islice(configs, EARLY_PER_PROCESS * size):
             pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from sweep import EXIT_OK
 from sweep.tally import Tally
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Numbers in an error's text (a max error, a size) would split one cause into many groups.
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def say(console: Console, text: str) -> None:
@@ -47,20 +57,34 @@ def report(path: Path, top: int, out: Console) -> int:
     return EXIT_OK
 
 
-def cached_best(spec_path: Path, out: Console) -> int:
-    from storage.cache import cache_dir, lookup
-    from sweep.spec import load_spec
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failed trials whose errors have the same cause: a status and a first line that
+    differ in numbers alone."""
 
-    spec = load_spec(spec_path)
-    entries = lookup(spec.kernel, spec.kernel_source, spec.problem)
-    if not entries:
-        say(out, f"no cached best for {spec.kernel} {json.dumps(dict(spec.problem))} "
-                 f"in {cache_dir()}")
-        return EXIT_OK
-    for e in sorted(entries, key=lambda e: (e.backend, e.device)):
-        say(out, f"{e.device} ({e.backend}): {json.dumps(dict(e.config), sort_keys=True)} "
-                 f"{e.latency_ms:.4g} ms{' (partial)' if e.partial else ''} from {e.run_dir}")
-    return EXIT_OK
+    status: str
+    count: int
+    example: str  # the first such trial's first line
+    index: int  # that trial's index
+
+
+def common_errors(table: pa.Table, top: int = 5) -> list[ErrorGroup]:
+    """The commonest failures of a trial table (columns index, status, error), commonest
+    first (ties: the lower index)."""
+    rows = zip(table.column("index").to_pylist(), table.column("status").to_pylist(),
+               table.column("error").to_pylist())
+    return _group(((i, s, e) for i, s, e in rows if s != "ok"), top)
+
+
+def _group(failures: Iterable[tuple[int, str, str | None]], top: int) -> list[ErrorGroup]:
+    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for index, status, error in sorted(failures):
+        line = (error or "").strip().splitlines()[0][:200] if (error or "").strip() \
+            else "(no error text)"
+        groups.setdefault((status, _NUMBER.sub("#", line)), []).append((index, line))
+    ranked = sorted(groups.items(), key=lambda g: (-len(g[1]), g[1][0][0]))
+    return [ErrorGroup(status, len(members), members[0][1], members[0][0])
+            for (status, _), members in ranked[:top]]
 
 
 def resume_command(path: Path) -> str:

@@ -9,6 +9,7 @@ the end; a signal at any point from start-up to the final write ends in a clean 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from ray.exceptions import RayError
 from rich.console import Console
 
@@ -42,17 +44,17 @@ from storage.snapshot import (
     write_best,
     write_snapshot,
 )
-from sweep import EXIT_FAILED, EXIT_OK, cluster, rundir
-from sweep.driver import Driver, DriverFailed, Limits
+from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK, cluster, rundir
+from sweep.driver import Driver, DriverFailed, Limits, Observer
 from sweep.prestart import Prestart
 from sweep.progress import ProgressReporter
 from sweep.ray_runtime import RayRuntime
-from sweep.report import print_summary, resume_command, say
+from sweep.report import common_errors, print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
 from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
 from sweep.space import Space
-from sweep.spec import Spec, SpecError, check_dtype_for_backend, load_spec
+from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
 from sweep.tally import Tally
 
@@ -87,6 +89,27 @@ def run_path(path: Path, what: str) -> Path:
     return checked_path(path, what).absolute()
 
 
+@dataclass(frozen=True)
+class Request:
+    """What one `sweep run` or `sweep resume` (or a call of the Python API) asks for
+    besides the spec or run directory."""
+
+    address: str | None = None  # the Ray cluster (see cluster.target)
+    max_trials: int | None = None  # at most this many trials, then stop resumably
+    time_budget_s: float | None = None  # stop resumably this long after the call began
+    cache_partial: bool = False  # an interrupted run's best goes to the cache, as partial
+    force: bool = False  # tune even when the cache holds a complete run's best
+    observers: tuple[Observer, ...] = ()  # told of each finished trial (see driver.py)
+
+
+@dataclass
+class Ending:
+    """How the session ended, beyond its exit code: for the Python API's result."""
+
+    state: str  # a snapshot state; "cached": nothing ran, the cache answered
+    cached: list[cache.CacheEntry] = field(default_factory=list)
+
+
 @dataclass
 class Session:
     spec: Spec
@@ -105,6 +128,7 @@ class Session:
     # which supersedes the record), compiles limited by run.trial_timeout_s alone
     retry: frozenset[str] = frozenset()
     order: list[int] | None = None  # every config in compile order, once computed
+    ending: Ending | None = None  # set once execute() has decided
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None,
@@ -186,12 +210,12 @@ class Session:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
         return cls(spec, space, path, lock, meta, complete)
 
-    def execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
-                stop: StopController, out: Console, err: Console,
+    def execute(self, request: Request, stop: StopController, out: Console, err: Console,
                 started: float | None = None) -> int:
-        """started: when the command began (time.monotonic()), for the summary's time."""
+        """started: when the command began (time.monotonic()), for the summary's time and
+        the time budget."""
         try:
-            return self._execute(address, max_trials, cache_partial, stop, out, err,
+            return self._execute(request, stop, out, err,
                                  started if started is not None else time.monotonic())
         except OSError as e:
             if not storage_error(e, self.path):
@@ -205,8 +229,8 @@ class Session:
         finally:
             _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
 
-    def _execute(self, address: str | None, max_trials: int | None, cache_partial: bool,
-                 stop: StopController, out: Console, err: Console, t0: float) -> int:
+    def _execute(self, request: Request, stop: StopController, out: Console, err: Console,
+                 t0: float) -> int:
         self.timeline["session_start"] = time.time()
         run = RunDir(self.path)
         loaded = None
@@ -219,11 +243,16 @@ class Session:
                     if self.retry else ""
                 say(out, f"{self.path}: already complete ({len(self.space)} trials); "
                          + nothing + self._repair_complete(run, loaded))
+                self.ending = Ending("complete")
+                if not pc.any(pc.equal(loaded.records.column("status"), "ok")).as_py():
+                    _print_errors(out, loaded.records)
+                    return EXIT_NONE_WORKED
                 return EXIT_OK
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
         started_ray = False
         try:
+            address = request.address
             if not self.meta and cluster.starts_local(address) and \
                     self.spec.run.backend in ("auto", "cuda") and \
                     os.environ.get("SWEEP_PRESTART") != "0":
@@ -263,10 +292,21 @@ class Session:
             if stop.requested and not self.meta:
                 say(err, "stopped before the run started; nothing was written")
                 return stop.exit_code
+            budget = request.time_budget_s
+            if not self.meta and budget is not None and time.monotonic() >= t0 + budget:
+                say(err, f"the time budget of {budget:g} s was spent before the run started; "
+                         "nothing was written")
+                return EXIT_OK
+            if not self.meta and not request.force:
+                hits = self._cached(backend, placement)
+                if hits:
+                    _print_cached(out, self.spec, hits)
+                    self.ending = Ending("cached", cached=hits)
+                    return EXIT_OK
             if not self.meta:
+                _note_interpreted_options(self.spec, backend, err)
                 rundir.create(run, self.spec, len(self.space), backend)
-            return self._drive(run, backend, placement, loaded, max_trials, cache_partial,
-                               stop, out, err, t0)
+            return self._drive(run, backend, placement, loaded, request, stop, out, err, t0)
         finally:
             if self.prestart:
                 self.prestart.close()
@@ -318,22 +358,56 @@ class Session:
                  "held into the journal")
 
     def _cache_best(self, tally: Tally, backend: str, partial: bool, err: Console) -> None:
-        """An entry per device type: a config tuned on one type says little of another."""
+        """An entry per device type: a config tuned on one type says little of another.
+        A better best cached before (by another run) stays."""
         spec = self.spec
+        if spec.validation is None:
+            say(err, "validation is off: the best-config cache takes only validated bests")
+            return
+        versions = cache.library_versions()
+        noise = _interpreted_options(spec, backend)
         try:
             for best in tally.by_device.values():
-                cache.store(cache.CacheEntry(
+                # The interpreter ignores launch options: a pick among them is noise.
+                config = {k: v for k, v in best.config.items() if k not in noise}
+                kept, _ = cache.store(cache.CacheEntry(
                     kernel=spec.kernel, kernel_source=spec.kernel_source,
                     problem=dict(spec.problem), backend=backend, device=best.device,
-                    config=best.config, latency_ms=best.latency_ms,
+                    config=config, latency_ms=best.latency_ms,
                     fingerprint=spec.fingerprint, run_dir=str(self.path.resolve()),
-                    partial=partial, written_at=time.time()))
+                    partial=partial, written_at=time.time(), versions=versions,
+                    fixed=dict(spec.fixed_as_written)))
+                if kept.run_dir != str(self.path.resolve()):
+                    say(err, f"the best-config cache keeps its entry from {kept.run_dir}"
+                             f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
+                             f" ms on {kept.device}, this run's best {best.latency_ms:.4g} ms")
         except OSError as e:  # the run itself is done and written; only the cache missed it
             say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
+    def _cached(self, backend: str, placement: Placement) -> list[cache.CacheEntry]:
+        """The cached best on each device this run would tune on, if this very sweep (its
+        fingerprint) completed on each before, with these torch and Triton versions; else
+        nothing. Simulate and replay runs measure this tool, not a kernel: they always
+        run."""
+        spec = self.spec
+        if backend not in ("interpret", "cuda"):
+            return []
+        versions = cache.library_versions()
+        candidates = [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
+                                              spec.fixed_as_written)
+                      if e.backend == backend and not e.partial
+                      and dict(e.versions) == versions and spec.fingerprint in e.runs]
+        if not candidates:
+            return []
+        if backend == "interpret":
+            names: list[str] | None = ["cpu-interpreter"]
+        else:  # only now, with an answer likely: it starts a process on a GPU
+            names = cluster.gpu_names(sorted(set(placement.kinds)) or [""])
+        return cache.answering(candidates, names or [])
+
     def _drive(self, run: RunDir, backend: str, placement: Placement, loaded: Loaded | None,
-               max_trials: int | None, cache_partial: bool, stop: StopController,
-               out: Console, err: Console, t0: float) -> int:
+               request: Request, stop: StopController, out: Console, err: Console,
+               t0: float) -> int:
         spec = self.spec
         tally = Tally(total=len(self.space))
         done = np.empty(0, int)
@@ -378,7 +452,7 @@ class Session:
             trial_timeout_s=spec.run.trial_timeout_s, max_retries=spec.run.max_retries,
             drain_s=spec.run.drain_s, snapshot_every_s=spec.run.snapshot_every_s,
             batch_size=_batch_size(spec, backend, placement), depth=DEPTH,
-            max_trials=max_trials, start_timeout_s=spec.run.start_timeout_s,
+            max_trials=request.max_trials, start_timeout_s=spec.run.start_timeout_s,
             # On an H200 a slow compile (6 s) outlasts a hundred trials: idle compile
             # processes may look four pools' worth down the queue.
             hint_span=4 * placement.compile_workers,
@@ -391,9 +465,16 @@ class Session:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
             checkpoint.maybe_start()
 
+        budget = request.time_budget_s
+        deadline = t0 + budget if budget is not None else None
+
+        def should_stop() -> bool:
+            return stop.requested or (deadline is not None and time.monotonic() >= deadline)
+
         state = "failed"
         finalists: list[dict[str, Any]] = []
         driver = None
+        unsettled = False
         lost: ClusterLost | None = None
         try:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
@@ -402,17 +483,21 @@ class Session:
                 runtime = RayRuntime(settings, placement, limits.max_batches,
                                      cluster.labelled_types())
                 driver = Driver(self.space, runtime, placement.workers, limits, log, tally,
-                                todo, spent, deaths, should_stop=lambda: stop.requested,
+                                todo, spent, deaths, should_stop=should_stop,
                                 on_snapshot=snapshot,
-                                observers=[progress], compile_limit=compile_limit,
+                                observers=[progress, *request.observers],
+                                compile_limit=compile_limit,
                                 on_compilers_up=self.prestart.stop_compiling
                                 if self.prestart else lambda: None, kinds=placement.kinds)
                 try:
                     ending = driver.run()
                     self.timeline.update(driver.timeline, trials_done=time.time())
-                    if ending == "complete" and not stop.requested:
+                    if ending == "complete" and not should_stop():
                         finalists = self._retime_finalists(driver, tally, progress)
                         self.timeline["finalists_done"] = time.time()
+                    # A stop before or while the finalists were re-timed leaves a best
+                    # picked by one noisy pass: not one to cache as final.
+                    unsettled = should_stop()
                 finally:
                     driver.close()
             state = "complete" if tally.done == tally.total else "interrupted"
@@ -421,6 +506,9 @@ class Session:
         except ClusterLost as e:  # driver.run() has closed its workers, committed records
             cluster.mark_lost()
             state, lost = "interrupted", e
+        except KeyboardInterrupt:  # an API caller's second Ctrl+C: written as a stop, then on
+            state = "interrupted"
+            raise
         finally:
             if replay_cache:
                 shutil.rmtree(replay_cache, ignore_errors=True)
@@ -436,15 +524,27 @@ class Session:
                 # complete ones, and resume rebuilds them from the journal.
         # A retry stopped partway goes on only if asked again: say so in the hint.
         again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
+        spent_budget = state == "interrupted" and not stop.requested and \
+            deadline is not None and time.monotonic() >= deadline
+        self.ending = Ending(state)
+        # Cached before the summary is printed: a closed stdout (`| head -1`) must not
+        # lose it.
+        partial = state != "complete" or unsettled
+        if tally.best and state != "failed" and lost is None and \
+                (not partial or request.cache_partial):
+            self._cache_best(tally, backend, partial=partial, err=err)
+        if spent_budget:
+            say(err, f"the time budget of {budget:g} s is spent; the run stops resumably")
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again)
+        if state == "complete" and tally.best is None:
+            _print_errors(out, pq.read_table(run.trials, columns=["index", "status", "error"]))
+            return EXIT_NONE_WORKED
         if lost is not None:
             say(err, f"error: {lost}; every finished trial is written. Resume with: "
                      f"{resume_command(self.path)}")
             return EXIT_FAILED
         if state == "failed":
             return EXIT_FAILED
-        if tally.best and (state == "complete" or cache_partial):
-            self._cache_best(tally, backend, partial=state != "complete", err=err)
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
@@ -493,7 +593,7 @@ def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         compile_timeout_s=spec.run.compile_limit_s,
         kernel_path=str(Path.cwd()),
         replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale},
-        run=spec.fingerprint)
+        run=spec.fingerprint, fixed=dict(spec.fixed))
 
 
 def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
@@ -558,3 +658,35 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
         return 1  # interpreted trials take far longer than a Ray round trip
     per_trial_s = max(spec.simulate.trial_ms, 0.05) / 1e3
     return int(min(1024, max(1, TARGET_BATCH_S / per_trial_s)))
+
+
+def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
+    """Why nothing worked: the commonest errors, grouped, so the user need not open the
+    table to find out."""
+    groups = common_errors(records, top)
+    say(out, "  no config succeeded; the commonest errors:")
+    for group in groups:
+        say(out, f"    {group.count:>6} × {group.status}: {group.example} (e.g. #{group.index})")
+
+
+def _print_cached(out: Console, spec: Spec, hits: list[cache.CacheEntry]) -> None:
+    for e in hits:
+        say(out, f"sweep {spec.name}: cached — {e.kernel} on {e.device} was tuned by a "
+                 f"complete run ({e.run_dir}, "
+                 f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
+        say(out, f"  best: {json.dumps(dict(e.config), sort_keys=True)} {e.latency_ms:.4g} ms")
+    say(out, "  nothing was run; pass --force to tune again")
+
+
+def _interpreted_options(spec: Spec, backend: str) -> list[str]:
+    """Launch options the space varies, on the interpreter, which ignores them."""
+    if backend != "interpret":
+        return []
+    return [k for k in LAUNCH_OPTIONS if len(spec.space.get(k, ())) > 1]
+
+
+def _note_interpreted_options(spec: Spec, backend: str, err: Console) -> None:
+    varied = _interpreted_options(spec, backend)
+    if varied:
+        say(err, f"note: Triton's interpreter ignores {', '.join(varied)}: their values "
+                 "take the same time here, so the best-config cache leaves them out")

@@ -145,6 +145,10 @@ class Spec:
     overridden: bool = field(default=False, compare=False)
     replay: ReplayOptions = ReplayOptions()
     replay_source: str = ""  # SHA-256 of the replayed table's bytes
+    # Keyword arguments of the kernel that are not tuned: passed on every launch and
+    # compile, never part of a config. With the kernel record's defaults merged in.
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    fixed_as_written: Mapping[str, Any] = field(default_factory=dict)  # the file's own
 
     def expand(self) -> Space:
         try:
@@ -166,6 +170,8 @@ class Spec:
             "validation": asdict(self.validation) if self.validation else None,
             "backend": self.run.backend, "seed": self.run.seed,
         }
+        if self.fixed:  # only then: runs from before fixed values keep their fingerprints
+            ident["fixed"] = dict(self.fixed)
         if self.run.backend == "simulate":
             sim = asdict(self.simulate)
             for operational in ("workers", "resources", "devices"):
@@ -187,6 +193,9 @@ class Spec:
         ident = self.identity()
         del ident["kernel_source"]
         ident["problem"] = dict(self.problem_as_written)
+        ident.pop("fixed", None)
+        if self.fixed_as_written:
+            ident["fixed"] = dict(self.fixed_as_written)
         return ident
 
     @property
@@ -203,6 +212,7 @@ class Spec:
             # As written: reloading the dump gives the same declared_fingerprint, and
             # merging the kernel's defaults again the same fingerprint.
             "name": self.name, "kernel": self.kernel, "problem": dict(self.problem_as_written),
+            "fixed": dict(self.fixed_as_written),
             "space": {k: list(v) for k, v in self.space.items()},
             "constraints": [c.text for c in self.constraints],
             "timing": {**asdict(self.timing), "screen": asdict(self.timing.screen)
@@ -361,8 +371,8 @@ _CHECKS: dict[type, dict[str, Check]] = {
                           _is_label(k) and POSITIVE[0](n) for k, n in v.items()),
                                     "a mapping of Ray resource names to amounts > 0")},
 }
-TOP_KEYS = ("name", "kernel", "problem", "space", "constraints", "timing", "validation", "run",
-            "simulate", "replay")
+TOP_KEYS = ("name", "kernel", "problem", "fixed", "space", "constraints", "timing",
+            "validation", "run", "simulate", "replay")
 
 
 class _Reader:
@@ -430,8 +440,9 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     """Read, validate and resolve a spec file. backend overrides run.backend.
 
     import_kernel=False checks everything the file alone decides and runs no code it
-    names: the kernel module is not imported, so the problem is not merged with its
-    defaults nor the space checked against its signature, and kernel_source stays "".
+    names: the kernel module is not imported, so neither the problem nor the fixed values
+    are merged with its defaults, nor the space and fixed names checked against its
+    signature, and kernel_source stays "".
     declared_fingerprint is the same either way.
 
     cwd: the directory a relative path is read from (not the process's current one, which
@@ -476,9 +487,12 @@ def load_spec(path: str | Path, *, backend: str | None = None,
         raise r.fail("simulate", "fail_rate + crash_rate + hang_rate must be at most 1")
 
     space = _read_space(r, doc["space"])
-    constraints = _read_constraints(r, doc.get("constraints"), parameter_kinds(space))
     problem_as_written = _read_problem(r, doc.get("problem"))
+    fixed_as_written = _read_fixed(r, doc.get("fixed"), space)
+    constraints = _read_constraints(r, doc.get("constraints"), parameter_kinds(space),
+                                    problem_as_written, fixed_as_written)
     problem = dict(problem_as_written)
+    fixed = dict(fixed_as_written)
     # Checked whatever the backend, as simulate is; the table is read only to replay it.
     replay, replay_source = r.section(ReplayOptions, doc.get("replay"), "replay"), ""
     written_table = replay.table
@@ -491,12 +505,13 @@ def load_spec(path: str | Path, *, backend: str | None = None,
         except KernelError as e:
             raise r.fail("kernel", clip_text(str(e), 300)) from None
         problem = _check_problem(r, kernel, problem, run.backend)
-        _check_parameters(r, kernel, space)
+        fixed = _check_fixed(r, kernel, fixed, space)
+        _check_parameters(r, kernel, space, fixed)
         kernel_source = source_digest(kernel_name, kernel)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
-                kernel_source=kernel_source,
+                kernel_source=kernel_source, fixed=fixed, fixed_as_written=fixed_as_written,
                 # A relative table path would not survive the copy into the run directory.
                 overridden=backend is not None or replay.table != written_table,
                 replay=replay, replay_source=replay_source)
@@ -604,19 +619,51 @@ def _read_space(r: _Reader, value: Any) -> dict[str, list[Any]]:
     return data
 
 
-def _read_constraints(r: _Reader, value: Any,
-                      parameters: Mapping[str, type]) -> tuple[Constraint, ...]:
+def _read_fixed(r: _Reader, value: Any, space: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The spec's fixed values: what the file alone decides; checked against the kernel's
+    signature once it is imported (_check_fixed)."""
+    fixed = r.mapping(value, "fixed")
+    for name, v in fixed.items():
+        key = f"fixed.{name}"
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise r.fail(key, "expected the name of a keyword argument of the kernel (a "
+                              "Python identifier)")
+        normal = unicodedata.normalize("NFKC", name)
+        if normal != name:
+            raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
+        if name in space:
+            raise r.fail(key, "also in space; a parameter is either tuned or fixed")
+        if name in LAUNCH_OPTIONS:
+            raise r.fail(key, f"{name} is a launch option; give it in space (as a one-value "
+                              f"list: {name}: [{clip_text(str(v), 20)}])")
+        if not _is_json_scalar(v):
+            raise r.fail(key, "expected a string, an integer, a finite number or a boolean, "
+                              f"got {clip_repr(v)}")
+    return fixed
+
+
+def _read_constraints(r: _Reader, value: Any, parameters: Mapping[str, type],
+                      problem: Mapping[str, Any],
+                      fixed: Mapping[str, Any]) -> tuple[Constraint, ...]:
+    """Constraints over the parameters and, as constants, the problem and fixed values the
+    spec writes (a kernel's defaults are not known yet: the space is expanded before the
+    kernel is imported). A parameter wins over a constant of its name, a fixed value over
+    a problem value."""
     if value is None:
         return ()
     if not isinstance(value, list):
         raise r.fail("constraints", f"expected a list of expressions, got {clip_repr(value)}")
+    constants = {**problem, **fixed}
+    unknown = (f"expected a parameter ({clip_text(', '.join(parameters), 200)}), or a value "
+               f"written under problem: ({clip_text(', '.join(problem), 200) or 'none'}) or "
+               f"fixed: ({clip_text(', '.join(fixed), 200) or 'none'})")
     out = []
     for i, text in enumerate(value):
         key = f"constraints[{i}]"
         if not isinstance(text, str):
             raise r.fail(key, f"expected an expression string, got {clip_repr(text)}")
         try:
-            out.append(parse_constraint(text, parameters))
+            out.append(parse_constraint(text, parameters, constants, unknown=unknown))
         except ConstraintError as e:
             raise r.fail(key, f"{clip_repr(text)} {e}") from None
     return tuple(out)
@@ -653,9 +700,47 @@ def check_dtype_for_backend(path: Path, problem: Mapping[str, Any], backend: str
                         "interpreter; use float16 or float32, or run on a GPU")
 
 
-def _check_parameters(r: _Reader, kernel: Kernel, space: Mapping[str, list[Any]]) -> None:
-    fn = getattr(kernel.fn, "fn", kernel.fn)
-    params = inspect.signature(fn).parameters.values()
+def _signature(kernel: Kernel) -> list[inspect.Parameter]:
+    fn = getattr(kernel.fn, "fn", kernel.fn)  # JITFunction wraps the Python function
+    return list(inspect.signature(fn).parameters.values())
+
+
+def _keywords(kernel: Kernel) -> list[str]:
+    """What may be fixed: a constexpr, or a parameter with a default (a scalar such as
+    eps). The others (pointers, sizes, strides) are launch_args' to pass, by position: a
+    fixed value for one would fail every trial with "multiple values for argument"."""
+    return [p.name for p in _signature(kernel)
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            and ("constexpr" in str(p.annotation) or p.default is not inspect.Parameter.empty)]
+
+
+def _check_fixed(r: _Reader, kernel: Kernel, written: Mapping[str, Any],
+                 space: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The kernel record's fixed values with the spec's over them. A default the spec tunes
+    is dropped: tuning a parameter overrides its default, as a spec's value does."""
+    keywords = _keywords(kernel)
+    names = clip_text(", ".join(keywords), 300)
+    for name, v in kernel.fixed.items():
+        if name not in keywords or not _is_json_scalar(v):
+            raise r.fail("kernel", f"kernel {kernel.name}'s own fixed value "
+                                   f"{clip_repr(name, 40)}: {clip_repr(v, 40)}: expected one "
+                                   f"of its function's parameters ({names}) with a string, an "
+                                   "integer, a finite number or a boolean")
+    every = [p.name for p in _signature(kernel)]
+    for name in written:
+        if name in every and name not in keywords:
+            raise r.fail(f"fixed.{name}", f"kernel {kernel.name} gets it from launch_args, by "
+                                          "position; fixed: takes its tl.constexpr parameters "
+                                          f"and those with a default ({names})")
+        if name not in keywords:
+            raise r.fail(f"fixed.{name}", f"not a parameter of kernel {kernel.name} "
+                                          f"(expected one of {names})")
+    return {**{k: v for k, v in kernel.fixed.items() if k not in space}, **written}
+
+
+def _check_parameters(r: _Reader, kernel: Kernel, space: Mapping[str, list[Any]],
+                      fixed: Mapping[str, Any]) -> None:
+    params = _signature(kernel)
     constexprs = [p.name for p in params if "constexpr" in str(p.annotation)]
     required = [p.name for p in params
                 if "constexpr" in str(p.annotation) and p.default is inspect.Parameter.empty]
@@ -663,7 +748,7 @@ def _check_parameters(r: _Reader, kernel: Kernel, space: Mapping[str, list[Any]]
         if name not in constexprs and name not in LAUNCH_OPTIONS:
             raise r.fail(f"space.{name}", f"not a parameter of kernel {kernel.name} (expected "
                                           f"one of {', '.join(constexprs + list(LAUNCH_OPTIONS))})")
-    missing = [c for c in required if c not in space]
+    missing = [c for c in required if c not in space and c not in fixed]
     if missing:
-        raise r.fail("space", f"kernel {kernel.name} needs a value list for "
-                              f"{', '.join(missing)}")
+        raise r.fail("space", f"kernel {kernel.name} needs a value list (or a value under "
+                              f"fixed:) for {', '.join(missing)}")

@@ -103,6 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate", "replay"))
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this job, then stop resumably")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="stop the job's sweep resumably once it has run this long")
+    p.add_argument("--force", action="store_true",
+                   help="tune even when the head's best-config cache holds a complete "
+                        "run's best")
 
 
 def submit(args: argparse.Namespace, stop: StopController, out: Console,
@@ -138,7 +143,8 @@ def _submit(args: argparse.Namespace, stop: StopController, out: Console,
     grace = math.ceil(spec.run.drain_s) + STOP_MARGIN_S
     job = Job(client=client, url=url, grace_s=grace, out=out, err=err,
               submission_id=f"sweep-{stamp}-{secrets.token_hex(3)}")
-    entrypoint = _entrypoint(spec_rel, out_dir, args.backend, args.max_trials)
+    entrypoint = _entrypoint(spec_rel, out_dir, args.backend, args.max_trials,
+                             args.time_budget, args.force)
     runtime_env = {"working_dir": str(here), "excludes": EXCLUDES,
                    "env_vars": {STOP_WAIT_VAR: str(grace)}}
     with job.signals(stop):
@@ -239,14 +245,16 @@ def _shell_word(path: str) -> str:
     return shlex.quote(path)
 
 
-def _entrypoint(spec_rel: str, out_dir: str, backend: str | None,
-                max_trials: int | None) -> str:
+def _entrypoint(spec_rel: str, out_dir: str, backend: str | None, max_trials: int | None,
+                time_budget: float | None = None, force: bool = False) -> str:
     """`sh -c` text on the head: expand the run directory there, name it (and the
     cluster's GCS address, for the resume command) in the log, then become the sweep, so
     that the job's stop signal reaches `sweep run` itself. The spec goes by its path in
     the working_dir copy, the entrypoint's working directory."""
     extra = [*(["--backend", backend] if backend else []),
-             *(["--max-trials", str(max_trials)] if max_trials is not None else [])]
+             *(["--max-trials", str(max_trials)] if max_trials is not None else []),
+             *(["--time-budget", repr(time_budget)] if time_budget is not None else []),
+             *(["--force"] if force else [])]
     return (f"out={_shell_word(out_dir)} && "
             f"printf '%s\\n' {shlex.quote(RUN_DIR_MARK)}\"$out\" "
             f"{shlex.quote(GCS_MARK)}\"$RAY_ADDRESS\" && "

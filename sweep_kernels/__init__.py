@@ -14,7 +14,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Problem = Mapping[str, Any]
@@ -33,14 +33,20 @@ class Kernel:
     """What the sweep needs of a Triton kernel.
 
     fn: the @triton.jit function; every config key is passed to it as a keyword
-        (constexprs, and launch options such as num_warps and num_stages).
+        (constexprs, and launch options such as num_warps and num_stages), and so is
+        every fixed value.
     problem_defaults: every problem key with its default; a spec may override only these,
         with values of the same type. A "dtype" key takes one of DTYPES.
     make_inputs(problem, device, seed): input tensors, random and never all zeros.
-    reference(inputs, problem): the expected output, computed with torch.
-    launch_args(inputs, problem): (positional args for fn, the output tensor they fill).
-    grid(problem, config): the launch grid.
+    reference(inputs, problem): the expected output, computed with torch: a tensor, or a
+        tuple of them in launch_args' order when the kernel writes several.
+    launch_args(inputs, problem): (positional args for fn, the output it fills): a tensor,
+        or a tuple (or list) of tensors, each validated against its reference.
+    grid(problem, config): the launch grid; config holds the fixed values too.
     flops / bytes_moved(problem): work per launch, for TFLOP/s and GB/s in reports.
+    fixed: keyword arguments of fn that are not tuned (a mode flag, an epsilon) with
+        their values, JSON scalars; a spec's `fixed:` overrides them, and a parameter the
+        spec tunes drops its entry here. Not part of any config.
     """
 
     name: str
@@ -52,6 +58,7 @@ class Kernel:
     grid: Callable[[Problem, Config], tuple[int, ...]]
     flops: Callable[[Problem], float] | None = None
     bytes_moved: Callable[[Problem], float] | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
 
 class KernelError(ValueError):

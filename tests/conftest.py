@@ -16,10 +16,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True, scope="session")
-def private_cache(tmp_path_factory):
-    """Keep the best-config cache of test runs out of the user's home."""
-    os.environ["SWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """A best-config cache of each test's own, out of the user's home: a run whose best is
+    cached would otherwise answer another test's run from the cache."""
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -74,14 +75,11 @@ def simulate_spec(path: Path, *, space: dict | None = None, simulate: dict | Non
 
 
 def sweep_cli(*args: str | Path) -> int:
-    """The CLI in this process (sharing the session's Ray); pytest's own signal handlers
-    are given back afterwards."""
-    from sweep.cli import STOP, main
+    """The CLI in this process (sharing the session's Ray); it gives pytest's own signal
+    handlers back afterwards."""
+    from sweep.cli import main
 
-    try:
-        return main([str(a) for a in args])
-    finally:
-        STOP.restore()
+    return main([str(a) for a in args])
 
 
 def sweep_proc(*args: str | Path, cwd: Path = ROOT, timeout: float = 120,
@@ -89,7 +87,7 @@ def sweep_proc(*args: str | Path, cwd: Path = ROOT, timeout: float = 120,
     """The CLI as a user runs it, in its own process (`python -m`, so the current directory
     comes first on sys.path); its own local Ray instance unless given --address."""
     full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sweep.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "sweep", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 

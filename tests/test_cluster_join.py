@@ -84,7 +84,7 @@ def _listening(port: int) -> bool:
 def run(*args: str | Path, env: dict[str, str], timeout: float = 120,
         python: list[str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([*(python or [sys.executable, "-m", "sweep.cli"]), *map(str, args)],
+    proc = subprocess.run([*(python or [sys.executable, "-m", "sweep"]), *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     return proc, time.monotonic() - t0
 
@@ -143,7 +143,7 @@ def test_other_versions_than_the_clusters_are_one_line(head, tmp_path):
     # This process claims another Ray version than the one the cluster runs.
     pretend = ("import sys, ray._private.utils as u; real = u.compute_version_info; "
                "u.compute_version_info = lambda: ('0.0.1', real()[1]); "
-               "from sweep.cli import main; sys.exit(main())")
+               "from sweep.command import main; sys.exit(main())")
     proc, took = run("run", spec, "--out", tmp_path / "run", "--address", head.address,
                      env=head.env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token),
                      python=[sys.executable, "-c", pretend])

@@ -18,7 +18,7 @@ from storage.lock import LOCK_NAME
 
 
 def start(*args: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sweep.cli", *map(str, args)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "sweep", *map(str, args)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
 

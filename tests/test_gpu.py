@@ -63,3 +63,26 @@ def test_configs_beyond_shared_memory_are_compile_errors_not_crashes(tmp_path):
     assert huge["status"] == "compile_error" and "resource" in huge["error"].lower(), huge
     assert by_config[(64, 64, 32, 2)]["status"] == "ok"
     assert {r["status"] for r in rows} <= {"ok", "compile_error"}
+
+
+def test_a_complete_gpu_run_answers_the_next_run_and_the_launch_code(tmp_path):
+    import subprocess
+    import sys
+
+    spec = ROOT / "configs" / "quickstart.yaml"
+    first = sweep_proc("run", spec, "--out", tmp_path / "a", timeout=600)
+    assert first.returncode == 0, first.stderr
+    best = json.loads((tmp_path / "a" / "best.json").read_text())
+    assert "NVIDIA" in best["device"]  # backend auto found the GPU
+    # The same sweep again: a task on the GPU names it, and the cache answers.
+    again = sweep_proc("run", spec, "--out", tmp_path / "b", timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "cached" in again.stdout and not (tmp_path / "b").exists(), again.stdout
+    code = ("import json; from sweep.tuned import tuned_config, tuned_entry; "
+            "p = {'M': 128, 'N': 128, 'K': 128, 'dtype': 'float16'}; "
+            "print(json.dumps([tuned_config('matmul', p, default={}), "
+            "tuned_entry('matmul', p).device]))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout) == [best["config"], best["device"]]

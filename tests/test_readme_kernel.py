@@ -3,6 +3,7 @@ named as "module:attr", run by the installed command from that directory — a d
 that also holds folders named like this project's packages, which must not replace them
 (in the driver, in Ray's workers, or in the processes those start)."""
 
+import json
 import os
 import re
 import subprocess
@@ -15,7 +16,7 @@ from conftest import ROOT, user_folders, write_spec
 EXPECTED = [(64, "ok", "passed"), (128, "ok", "passed"), (96, "compile_error", "skipped")]
 
 
-def users_directory(tmp_path: Path) -> Path:
+def users_directory(tmp_path: Path, decoys: bool = True) -> Path:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Your own kernel", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
@@ -23,7 +24,7 @@ def users_directory(tmp_path: Path) -> Path:
     write_spec(tmp_path / "spec.yaml", kernel="addkernel:KERNEL", problem={"n": 1000},
                space={"BLOCK": [64, 128, 96]}, timing={"warmup_ms": 1, "rep_ms": 5},
                run={"backend": "interpret"})
-    return user_folders(tmp_path)
+    return user_folders(tmp_path) if decoys else tmp_path
 
 
 def run(command: list[str], cwd: Path) -> list[tuple]:
@@ -39,3 +40,38 @@ def test_readme_kernel_example_sweeps_from_the_users_directory(tmp_path):
     here = users_directory(tmp_path)
     sweep = str(Path(sys.executable).parent / "sweep")  # the installed command, as README says
     assert run([sweep, "run", "spec.yaml", "--out", "run"], here) == EXPECTED
+
+
+# After README's launch-code snippet: its add() must compute x + y, with the tuned BLOCK
+# for the problem the sweep tuned, and the fallback for one it did not.
+CHECK = """
+import json, sys
+import sweep.tuned
+used = []
+real = sweep.tuned.tuned_config
+def spy(*args, **kwargs):
+    used.append(real(*args, **kwargs))
+    return used[-1]
+tuned_config = spy
+for n in (1000, 999):
+    x, y = torch.randn(n), torch.randn(n)
+    assert torch.allclose(add(x, y), x + y)
+print(json.dumps(used))
+"""
+
+
+def test_readme_launch_code_uses_the_tuned_config_with_a_fallback(tmp_path):
+    # (No decoy folders here: the user's own program imports what its directory holds.)
+    here = users_directory(tmp_path, decoys=False)
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("**In your launch code.**", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    sweep = str(Path(sys.executable).parent / "sweep")
+    run([sweep, "run", "spec.yaml", "--out", "run"], here)
+    best = json.loads((here / "run" / "best.json").read_text())["config"]
+    assert best["BLOCK"] in (64, 128)
+    done = subprocess.run([sys.executable, "-c", snippet + CHECK], cwd=here,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [best, {"BLOCK": 1024}]

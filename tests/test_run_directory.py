@@ -60,7 +60,7 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(ray_ad
     other_spec = simulate_spec(tmp_path / "b.yaml", space={"B": list(range(7))})
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "sweep.cli", "run", first_spec, "--out", out, "--address",
+        [sys.executable, "-m", "sweep", "run", first_spec, "--out", out, "--address",
          ray_address], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 60
@@ -84,7 +84,7 @@ def test_two_runs_started_together_into_one_directory_leave_one_consistent_run(r
     specs = [simulate_spec(tmp_path / f"{n}.yaml", space={n: list(range(k))})
              for n, k in (("A", 30), ("B", 11))]
     out = tmp_path / "run"
-    procs = [subprocess.Popen([sys.executable, "-m", "sweep.cli", "run", spec, "--out", out,
+    procs = [subprocess.Popen([sys.executable, "-m", "sweep", "run", spec, "--out", out,
                                "--address", ray_address], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for spec in specs]
     codes = [p.wait(timeout=120) for p in procs]

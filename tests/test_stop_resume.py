@@ -51,7 +51,7 @@ def start(args: list, out: Path, address: str | None = None) -> subprocess.Popen
     err = open(out.parent / "stderr.txt", "w")  # noqa: SIM115 - closed with the process
     joining = ["--address", address] if address else []
     return subprocess.Popen(
-        [sys.executable, "-m", "sweep.cli", *map(str, args), *joining], cwd=ROOT,
+        [sys.executable, "-m", "sweep", *map(str, args), *joining], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
 
@@ -247,5 +247,8 @@ def test_only_a_complete_run_reaches_the_best_config_cache_unless_asked(
     assert entry.latency_ms == best["latency_ms"]
     capsys.readouterr()
     assert sweep_cli("best", spec) == 0
-    assert f"{best['latency_ms']:.4g} ms from {(tmp_path / 'a').resolve()}" in \
-        capsys.readouterr().out
+    listed = capsys.readouterr().out.splitlines()
+    shown = json.loads(listed[0])
+    assert (shown["latency_ms"], shown["run_dir"]) == \
+        (best["latency_ms"], str((tmp_path / "a").resolve()))
+    assert listed[1].startswith("triton.Config({")

@@ -376,3 +376,16 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
     assert time.monotonic() - t0 < 15
     assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, expected, "")
     assert head.submission_ids() == before
+
+
+def test_the_jobs_command_carries_the_time_budget_and_force():
+    import shlex
+
+    from sweep.submit import _entrypoint
+
+    command = shlex.split(_entrypoint("s.yaml", "~/runs/x", "simulate", 5, 30.0, True))
+    tail = command[command.index("run"):]
+    assert tail == ["run", "s.yaml", "--out", "$out", "--backend", "simulate",
+                    "--max-trials", "5", "--time-budget", "30.0", "--force"]
+    plain = shlex.split(_entrypoint("s.yaml", "~/runs/x", None, None))
+    assert plain[plain.index("run"):] == ["run", "s.yaml", "--out", "$out"]

@@ -1,0 +1,298 @@
+"""The Python API: `run` and `resume` a sweep from Python (a notebook, a script) and get a
+`SweepResult`; `load` one from a run directory.
+
+The CLI goes through the same `invoke`, so a call does what the command does, with two
+differences a library owes its caller: signal handlers are installed only for the call
+(and the caller's given back after it), and a stop by Ctrl+C ends in KeyboardInterrupt
+once the run is written (snapshot, resumable), where the command would exit 130.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from sweep.observers import TrialCallback, TrialsJsonl
+from sweep.spec import SpecError
+from sweep.stop import StopController
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sweep.session import Request, Session
+
+SpecLike = str | Path | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """A best config: from a run (its index in the run's table) or from the cache."""
+
+    config: dict[str, Any]
+    latency_ms: float
+    device: str
+    index: int | None = None  # None: a cache entry's, whose run may be gone
+
+    def triton_config(self) -> Any:
+        """As a triton.Config (launch options as its keywords)."""
+        from sweep.tuned import triton_config
+
+        return triton_config(self.config)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a run left behind. state: "complete", "interrupted" (stopped, by a signal,
+    --max-trials or the time budget: resumable), "failed", or "cached" (nothing ran: the
+    best-config cache held a complete run's best; run_dir is that run's)."""
+
+    state: str
+    run_dir: Path | None
+    best: BestConfig | None
+    exit_code: int = 0  # what the `sweep` command would have exited with
+    by_device: dict[str, BestConfig] = field(default_factory=dict)
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+    done: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.state in ("complete", "cached")
+
+    def table(self) -> pa.Table:
+        """The trial table: one row per config, in index order."""
+        import pyarrow.parquet as pq
+
+        if self.run_dir is None:
+            raise FileNotFoundError("this result has no run directory")
+        return pq.read_table(self.run_dir / "trials.parquet")
+
+    def to_pandas(self) -> Any:
+        return self.table().to_pandas()
+
+
+def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = None,
+        address: str | None = None, max_trials: int | None = None,
+        time_budget_s: float | None = None, cache_partial: bool = False, force: bool = False,
+        on_trial: Callable[[dict[str, Any]], object] | None = None,
+        trials_jsonl: str | Path | None = None, quiet: bool = False) -> SweepResult:
+    """Run a sweep: `spec` is a spec file's path or the spec itself as a mapping (its
+    relative paths are then from the current directory). The options are the CLI's
+    (`sweep run --help`); on_trial(record) is called on this thread once per finished
+    trial, in completion order, with the trial's row as JSON-compatible values. quiet:
+    print nothing (progress and summary go to stderr and stdout otherwise).
+
+    Raises SpecError (a ValueError) for bad input, with the CLI's one-line message, and
+    KeyboardInterrupt after a Ctrl+C has stopped the run cleanly (resume it with
+    `resume(run_dir)`)."""
+    with _spec_file(spec) as (path, shown):
+        return _call(lambda request, stop, o, e, t0: invoke(
+            "run", path, request, stop, o, e, t0, out_dir=Path(out) if out else None,
+            backend=backend, label="sweep.api.run()"),
+            _request(address, max_trials, time_budget_s, cache_partial, force, on_trial,
+                     trials_jsonl),
+            quiet, rename=(str(path), shown) if shown else None)
+
+
+def resume(run_dir: str | Path, *, address: str | None = None,
+           max_trials: int | None = None, time_budget_s: float | None = None,
+           cache_partial: bool = False, retry: str | Sequence[str] = (),
+           on_trial: Callable[[dict[str, Any]], object] | None = None,
+           trials_jsonl: str | Path | None = None, quiet: bool = False) -> SweepResult:
+    """Continue a stopped run in place (see run()); retry: recorded statuses whose configs
+    run again, as `sweep resume --retry` ("timeout,crashed" or ["timeout", "crashed"])."""
+    from sweep.cli import retry_statuses
+
+    text = retry if isinstance(retry, str) else ",".join(retry)
+    statuses = retry_statuses(text, "retry") if text else frozenset()
+    return _call(lambda request, stop, o, e, t0: invoke(
+        "resume", Path(run_dir), request, stop, o, e, t0, retry=statuses,
+        label="sweep.api.resume()"),
+        _request(address, max_trials, time_budget_s, cache_partial, False, on_trial,
+                 trials_jsonl), quiet)
+
+
+def load(run_dir: str | Path) -> SweepResult:
+    """The result of a run directory as it stands (a finished, stopped or running run)."""
+    from sweep.rundir import RunDir
+    from sweep.spec import SpecError
+
+    path = Path(run_dir)
+    if not RunDir(path).meta.exists():
+        raise SpecError(f"{path}: not a sweep run directory (no run.json)")
+    return _from_run_dir(path, None, 0, 0.0)
+
+
+def invoke(command: str, target: Path, request: Request, stop: StopController, out: Console,
+           err: Console, started: float, *, out_dir: Path | None = None,
+           backend: str | None = None, retry: frozenset[str] = frozenset(),
+           label: str = "") -> tuple[int, Session]:
+    """`sweep run` (target: the spec) or `sweep resume` (target: the run directory), as
+    the CLI and the API both do it. Returns the exit code and the session."""
+    from sweep.session import Session
+
+    session = (Session.start(target, out_dir, backend, label or command)
+               if command == "run" else Session.reopen(target, err, label or command))
+    session.retry = retry
+    return session.execute(request, stop, out, err, started=started), session
+
+
+def observers(on_trial: Callable[[dict[str, Any]], object] | None,
+              trials_jsonl: str | Path | None,
+              report: Callable[[str], None] | None = None, jsonl_name: str = "trials_jsonl"
+              ) -> list[TrialCallback | TrialsJsonl]:
+    """The observers a call asks for (see sweep/observers.py); close() each after the call.
+    report: how an observer's failure is told (default: a warning); jsonl_name: what the
+    caller calls trials_jsonl, for an error."""
+    found: list[TrialCallback | TrialsJsonl] = []
+    kwargs = {"report": report} if report else {}
+    if on_trial is not None:
+        if not callable(on_trial):
+            raise SpecError(f"on_trial: expected a callable, got {type(on_trial).__name__}")
+        found.append(TrialCallback(on_trial, **kwargs))
+    if trials_jsonl is not None:
+        try:
+            found.append(TrialsJsonl(Path(trials_jsonl), **kwargs))
+        except OSError as e:
+            raise SpecError(f"{jsonl_name}: cannot write {trials_jsonl} "
+                            f"({e.strerror or e})") from None
+    return found
+
+
+def _request(address: str | None, max_trials: int | None, time_budget_s: float | None,
+             cache_partial: bool, force: bool,
+             on_trial: Callable[[dict[str, Any]], object] | None,
+             trials_jsonl: str | Path | None) -> Request:
+    from sweep.session import Request
+
+    check_limits(max_trials, time_budget_s, ("max_trials", "time_budget_s"))
+    return Request(address=address, max_trials=max_trials, time_budget_s=time_budget_s,
+                   cache_partial=cache_partial, force=force,
+                   observers=tuple(observers(on_trial, trials_jsonl)))
+
+
+def check_limits(max_trials: int | None, time_budget_s: float | None,
+                 names: tuple[str, str] = ("--max-trials", "--time-budget")) -> None:
+    """names: what the caller calls them (the CLI's options, the API's keywords)."""
+    import math
+
+    if max_trials is not None and (isinstance(max_trials, bool) or
+                                   not isinstance(max_trials, int) or max_trials < 1):
+        raise SpecError(f"{names[0]}: expected an integer >= 1, got {max_trials!r}")
+    if time_budget_s is not None and (
+            isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
+            or not math.isfinite(time_budget_s) or time_budget_s <= 0):
+        raise SpecError(f"{names[1]}: expected a finite number of seconds > 0, "
+                        f"got {time_budget_s!r}")
+
+
+Invoke = Callable[["Request", StopController, Console, Console, float],
+                  "tuple[int, Session]"]
+
+
+def _call(call: Invoke, request: Request, quiet: bool,
+          rename: tuple[str, str] | None = None) -> SweepResult:
+    from sweep.spec import SpecError
+
+    started = time.monotonic()
+    out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
+    stop = StopController(exit_at_once=False)
+    stop.install()
+    try:
+        code, session = call(request, stop, out, err, started)
+    except SpecError as e:
+        if rename is None:
+            raise
+        raise SpecError(str(e).replace(*rename)) from None
+    finally:
+        stop.restore()
+        for observer in request.observers:
+            if isinstance(observer, TrialsJsonl):
+                observer.close()
+    result = _result(session, code, time.monotonic() - started)
+    if stop.signum == signal.SIGINT:
+        raise KeyboardInterrupt(
+            f"sweep stopped; resume with sweep.api.resume({str(result.run_dir)!r})"
+            if result.run_dir is not None else "sweep stopped before the run started; "
+                                               "nothing was written")
+    if stop.signum is not None:
+        # The caller's own disposition of SIGTERM decides now (by default: the process
+        # ends, as it would have without the sweep).
+        signal.raise_signal(stop.signum)
+    return result
+
+
+def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
+    ending = session.ending
+    if ending is not None and ending.state == "cached":
+        hits = ending.cached
+        best = min(hits, key=lambda e: e.latency_ms)
+        return SweepResult(
+            state="cached", run_dir=Path(best.run_dir), exit_code=code,
+            best=BestConfig(dict(best.config), best.latency_ms, best.device),
+            by_device={e.device: BestConfig(dict(e.config), e.latency_ms, e.device)
+                       for e in hits}, elapsed_s=elapsed_s)
+    from sweep.rundir import RunDir
+
+    if not RunDir(session.path).meta.exists():  # stopped before the run began
+        return SweepResult(state="interrupted", run_dir=None, best=None, exit_code=code,
+                           elapsed_s=elapsed_s)
+    return _from_run_dir(session.path, ending.state if ending else None, code, elapsed_s)
+
+
+def _from_run_dir(path: Path, state: str | None, code: int, elapsed_s: float) -> SweepResult:
+    from storage.snapshot import Best, SnapshotError, read_snapshot
+    from sweep.rundir import RunDir
+
+    def best_of(b: Best) -> BestConfig:
+        return BestConfig(dict(b.config), b.latency_ms, b.device, b.index)
+
+    try:
+        snap = read_snapshot(RunDir(path).snapshot)
+    except SnapshotError:  # a run killed before its first snapshot: the journal has it
+        return SweepResult(state=state or "interrupted", run_dir=path, best=None,
+                           exit_code=code, elapsed_s=elapsed_s)
+    return SweepResult(
+        state=state or snap.state, run_dir=path, exit_code=code,
+        best=best_of(snap.best) if snap.best else None,
+        by_device={d: best_of(b) for d, b in snap.by_device.items()},
+        finalists=list(snap.finalists), counts=dict(snap.counts), total=snap.total,
+        done=snap.done, elapsed_s=elapsed_s)
+
+
+@contextlib.contextmanager
+def _spec_file(spec: SpecLike) -> Iterator[tuple[Path, str]]:
+    """A spec file for `spec`: the path itself, or the mapping written as YAML in a
+    temporary directory (kept for the whole call: the kernel is imported from it while Ray
+    starts). Yields the path and what messages should call it ("" for a real file)."""
+    if not isinstance(spec, Mapping):
+        yield Path(spec), ""
+        return
+    import yaml
+
+    doc = dict(spec)
+    replay = doc.get("replay")
+    if isinstance(replay, Mapping) and isinstance(replay.get("table"), str):
+        doc["replay"] = {**replay, "table": str(Path(replay["table"]).absolute())}
+    with tempfile.TemporaryDirectory(prefix="sweep-spec-") as where:
+        path = Path(where) / "sweep.yaml"  # a spec without a name is named after its file
+        try:
+            path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        except (yaml.YAMLError, ValueError, OSError) as e:
+            from sweep.spec import SpecError
+
+            raise SpecError(f"spec: cannot be written as YAML ({e})") from None
+        yield path, "spec"
+
+
+__all__ = ["BestConfig", "SpecError", "SweepResult", "load", "resume", "run"]

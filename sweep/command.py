@@ -1,0 +1,61 @@
+"""The installed `sweep` command and `python -m sweep`: what only a process of its own may do
+to the interpreter, before the slower imports. The work itself is sweep/cli.py's.
+"""
+
+from __future__ import annotations
+
+import time
+
+# When the command began, for the time its summary reports: the user's time is the whole
+# command, its imports and Ray's start included. (Not the process's age: a shell running
+# `... && sweep run` as its last command may exec it in its own, older process.)
+STARTED = time.monotonic()
+
+from sweep.stop import StopController  # noqa: E402
+
+# First thing, before the slower imports: a Ctrl+C or SIGTERM from here on is a clean
+# stop. (One that lands while Python itself starts still ends the process the default way,
+# with nothing written.) The command keeps these handlers to its end: a signal while
+# Python shuts down must not turn a finished run into a KeyboardInterrupt.
+STOP = StopController()
+STOP.install()
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def _own_packages_first() -> None:
+    """`python -m` puts the current directory first on sys.path, where a user's own folder
+    named like one of this project's packages (storage/, actors/) would replace it; with an
+    editable install even a place at the end would. So bind this project's top-level
+    packages before the directory goes back, at the end: a user's "module:attr" kernel
+    still resolves from it."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the directory was deleted under us
+        here = ""
+    if sys.path and sys.path[0] in ("", here):  # Python's own entry, not PYTHONPATH's
+        del sys.path[0]
+    import actors  # noqa: F401
+    import storage  # noqa: F401
+    import sweep_kernels  # noqa: F401
+
+    if here:
+        sys.path.append(here)
+
+
+_own_packages_first()
+
+
+def main() -> int:
+    from sweep.cli import main as run_command
+
+    code = run_command(None, stop=STOP, started=STARTED)
+    cluster = sys.modules.get("sweep.cluster")
+    if cluster is not None and cluster.abandoned():
+        # The command ends here although a thread is stuck inside ray.init, on which
+        # Ray's exit hooks would wait.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

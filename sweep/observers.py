@@ -1,0 +1,113 @@
+"""Observers a user attaches to a run: a callable told of each finished trial (the Python
+API's `on_trial`), and a JSON Lines stream of the same records (`--trials-jsonl PATH`).
+
+Both are driver Observers (see sweep.driver.Observer): called on the driver's thread, in
+completion order, once a trial's record is durable in the journal. A user's observer
+must not be able to change the sweep: one that raises is reported once and not called
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from storage.records import TrialRecord
+from sweep.tally import Tally
+
+
+class ObserverWarning(RuntimeWarning):
+    """An observer failed and was disabled; the sweep went on unchanged."""
+
+
+def warn(message: str) -> None:
+    """How the Python API reports an observer's failure (the CLI prints one line). Under
+    warnings-as-errors (pytest's filterwarnings = error, -W error) it still must not end
+    the sweep: the message goes to stderr instead."""
+    try:
+        warnings.warn(message, ObserverWarning, stacklevel=3)
+    except Warning:
+        sys.stderr.write(f"{ObserverWarning.__name__}: {message}\n")
+
+
+def trial_json(record: TrialRecord) -> dict[str, Any]:
+    """A record as JSON-compatible values (times: seconds since the epoch, UTC)."""
+    out = record.to_json()
+    out["config"] = dict(record.config)
+    return out
+
+
+class TrialCallback:
+    """on_trial(record) for each finished trial, until it raises."""
+
+    def __init__(self, on_trial: Callable[[dict[str, Any]], object],
+                 report: Callable[[str], None] = warn) -> None:
+        self._call: Callable[[dict[str, Any]], object] | None = on_trial
+        self._report = report
+
+    def on_records(self, records: list[TrialRecord], tally: Tally) -> None:
+        for record in records:
+            if self._call is None:
+                return
+            try:
+                self._call(trial_json(record))
+            except Exception as e:  # the user's code: it must not end the sweep
+                name = getattr(self._call, "__qualname__", type(self._call).__name__)
+                self._call = None
+                self._report(f"on_trial observer {name} raised {type(e).__name__}: "
+                             f"{str(e)[:300]} (trial #{record.index}); it is not called "
+                             "again in this run, which goes on")
+
+    def on_event(self, message: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TrialsJsonl:
+    """Appends each finished trial to a file as one JSON line, flushed per group (a
+    `tail -f` sees trials as they finish). The run's own record is the journal: a write
+    that fails here (a full disk) is reported once and the stream ends there."""
+
+    def __init__(self, path: Path, report: Callable[[str], None] = warn) -> None:
+        """Raises OSError for a path that cannot be written; creates nothing until the
+        first trial (a run refused for bad input leaves no file behind)."""
+        where = path.parent
+        if path.is_dir() or not where.is_dir() or not os.access(where, os.W_OK) or (
+                path.exists() and not os.access(path, os.W_OK)):
+            raise OSError("not a file in a writable directory")
+        self.path = path
+        self._report = report
+        self._file: IO[str] | None = None
+        self._closed = False
+
+    def on_records(self, records: list[TrialRecord], tally: Tally) -> None:
+        if self._closed:
+            return
+        try:
+            if self._file is None:
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write("".join(json.dumps(trial_json(r), ensure_ascii=False) + "\n"
+                                     for r in records))
+            self._file.flush()
+        except OSError as e:
+            self.close()
+            self._report(f"trials JSONL {self.path}: {e.strerror or e}; no more trials are "
+                         "written there (the run goes on)")
+
+    def on_event(self, message: str) -> None:
+        pass
+
+    def close(self) -> None:
+        self._closed = True
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None

@@ -1,0 +1,111 @@
+"""Tuned configs at run time: what a user's launch code calls to get the best config the
+sweeps found for this kernel, problem and device, or a fallback when none did.
+
+Light on purpose (no Ray, no pyarrow): it runs in the user's program, once per distinct
+problem (the answer is kept for the life of the process).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from storage.cache import CacheEntry, cache_dir, entry_key, library_versions, read
+from sweep_kernels import load_kernel, source_digest
+
+# Keyword arguments of a Triton launch rather than of the kernel: triton.Config keeps them
+# apart from its kwargs.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: Mapping[str, Any],
+                 fixed: Mapping[str, Any] | None = None, device: str | None = None,
+                 partial: bool = False) -> dict[str, Any]:
+    """The cached best config of `kernel` (named as in a spec: "matmul" or "pkg.mod:attr")
+    for `problem` (merged with the kernel's defaults, as a spec's is) on this process's
+    device, else a copy of `default`.
+
+    fixed: the kernel's fixed arguments exactly as the spec's `fixed:` wrote them (the
+    kernel record's own defaults are part of its source). device: a device name as the
+    trial table spells it ("NVIDIA H100 80GB HBM3", "cpu-interpreter"); by default the
+    current CUDA device, or the interpreter when TRITON_INTERPRET=1 or no GPU is present.
+    Only a complete sweep's best counts, unless partial=True."""
+    entry = tuned_entry(kernel, problem, device, fixed)
+    if entry is None or (entry.partial and not partial):
+        return dict(default)
+    return dict(entry.config)
+
+
+def tuned_entry(kernel: str, problem: Mapping[str, Any], device: str | None = None,
+                fixed: Mapping[str, Any] | None = None) -> CacheEntry | None:
+    """The cache entry behind tuned_config (its latency and provenance), if any."""
+    backend, name = _device(device)
+    return _lookup(kernel, tuple(sorted(problem.items())), tuple(sorted((fixed or {}).items())),
+                   backend, name)
+
+
+def triton_config(config: Mapping[str, Any]) -> Any:
+    """A config as a triton.Config: launch options as its keywords, the rest its kwargs."""
+    import triton
+
+    return triton.Config({k: v for k, v in config.items() if k not in LAUNCH_OPTIONS},
+                         **{k: v for k, v in config.items() if k in LAUNCH_OPTIONS})
+
+
+def config_line(config: Mapping[str, Any]) -> str:
+    """triton_config(config) as Python source, for pasting into an @triton.autotune list."""
+    kwargs = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    options = "".join(f", {k}={config[k]!r}" for k in LAUNCH_OPTIONS if k in config)
+    return f"triton.Config({kwargs!r}{options})"
+
+
+def _device(device: str | None) -> tuple[str, str]:
+    if device == "cpu-interpreter" or (device is None and _interpreting()):
+        return "interpret", "cpu-interpreter"
+    if device is None:
+        import torch
+
+        device = torch.cuda.get_device_name(torch.cuda.current_device())
+    return "cuda", device
+
+
+def _interpreting() -> bool:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def _lookup(kernel: str, problem: tuple[tuple[str, Any], ...],
+            fixed: tuple[tuple[str, Any], ...], backend: str, device: str
+            ) -> CacheEntry | None:
+    """A found entry is kept for the life of the process; a miss is looked up again next
+    time (a sweep may have finished meanwhile), which costs a stat."""
+    key = (kernel, problem, fixed, backend, device, str(cache_dir()))
+    entry = _found.get(key)
+    if entry is None:
+        entry = read(cache_dir() / f"{_key(*key[:5])}.json")
+        if entry is not None:
+            _found[key] = entry
+    return entry
+
+
+_found: dict[tuple[Any, ...], CacheEntry] = {}
+
+
+@functools.lru_cache(maxsize=256)
+def _key(kernel: str, problem: tuple[tuple[str, Any], ...],
+         fixed: tuple[tuple[str, Any], ...], backend: str, device: str) -> str:
+    """The entry's key: hashing the kernel's source is the costly part, done once."""
+    record = load_kernel(kernel)
+    unknown = [k for k, _ in problem if k not in record.problem_defaults]
+    if unknown:  # a misspelt key would be a silent miss, on every launch
+        raise ValueError(f"tuned_config: {kernel} has no problem key "
+                         f"{', '.join(map(repr, unknown))} (expected one of "
+                         f"{', '.join(record.problem_defaults)})")
+    merged = {**record.problem_defaults, **dict(problem)}
+    return entry_key(kernel, source_digest(kernel, record), merged, backend, device,
+                     library_versions(), dict(fixed))

@@ -1,0 +1,217 @@
+"""The Python API (sweep.api): run and resume from a spec path or a mapping, the result
+object, observers, signal handlers owned by the caller, the time budget, a run in which
+nothing worked. In-process, on the test session's Ray instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, simulate_spec, sweep_cli
+
+from sweep import api
+from sweep.observers import ObserverWarning
+
+SPACE = {"A": list(range(10)), "B": list(range(6))}
+
+
+def sim_doc(**simulate) -> dict:
+    return {"name": "api", "kernel": "matmul", "space": SPACE,
+            "run": {"backend": "simulate", "snapshot_every_s": 0.5, "drain_s": 2},
+            "simulate": {"workers": 2, "trial_ms": 1, **simulate}}
+
+
+def journal_order(run_dir) -> list[int]:
+    lines = (run_dir / "journal.jsonl").read_text().splitlines()
+    return [json.loads(line)["index"] for line in lines if '"index"' in line]
+
+
+def test_a_mapping_spec_runs_and_its_result_holds_the_best_and_the_table(ray_local, tmp_path):
+    seen: list[dict] = []
+    result = api.run(sim_doc(), out=tmp_path / "run", on_trial=seen.append, quiet=True)
+    assert (result.state, result.exit_code, result.complete) == ("complete", 0, True)
+    table = result.table()
+    assert table.column("index").to_pylist() == list(range(60))
+    best_json = json.loads((tmp_path / "run" / "best.json").read_text())
+    assert result.best is not None
+    assert (result.best.index, result.best.config, result.best.latency_ms) == \
+        (best_json["index"], best_json["config"], best_json["latency_ms"])
+    assert result.finalists == best_json["finalists"] and len(result.finalists) == 5
+    assert result.counts == {"ok": 60} and (result.done, result.total) == (60, 60)
+    assert len(result.to_pandas()) == 60
+    # The observer saw every trial once, in the order the journal made them durable, as
+    # plain JSON values.
+    assert [r["index"] for r in seen] == journal_order(tmp_path / "run")
+    assert sorted(r["index"] for r in seen) == list(range(60))
+    assert json.loads(json.dumps(seen)) == seen
+    assert api.load(tmp_path / "run") == \
+        api.SweepResult(**{**vars(result), "exit_code": 0, "elapsed_s": 0.0})
+
+
+def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(
+        ray_local, tmp_path):
+    calls = []
+
+    def broken(record: dict) -> None:
+        calls.append(record["index"])
+        raise RuntimeError("observer bug")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = api.run(sim_doc(), out=tmp_path / "a", on_trial=broken, quiet=True)
+    observed = [w for w in caught if issubclass(w.category, ObserverWarning)]
+    assert len(observed) == 1 and "RuntimeError: observer bug" in str(observed[0].message)
+    assert len(calls) == 1
+    # Where warnings are errors (pytest's filterwarnings = error), the run goes on too.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strict = api.run(sim_doc(), out=tmp_path / "c", on_trial=broken, quiet=True)
+    assert strict.state == "complete" and len(calls) == 2
+    plain = api.run(sim_doc(), out=tmp_path / "b", quiet=True)
+    assert result.state == plain.state == "complete"
+    columns = ["index", "status", "latency_ms", "config"]
+    assert pq.read_table(tmp_path / "a" / "trials.parquet", columns=columns) == \
+        pq.read_table(tmp_path / "b" / "trials.parquet", columns=columns)
+
+
+def test_ctrl_c_in_a_notebook_stops_cleanly_raises_and_leaves_the_callers_handlers(
+        ray_local, tmp_path):
+    def callers_sigint(signum, frame):  # a notebook kernel's own handler, say
+        raise AssertionError("the sweep's handler should have taken this signal")
+
+    def callers_sigterm(signum, frame):
+        raise AssertionError("not sent")
+
+    previous = signal.signal(signal.SIGINT, callers_sigint), \
+        signal.signal(signal.SIGTERM, callers_sigterm)
+    try:
+        seen: list[int] = []
+
+        def interrupt_at_ten(record: dict) -> None:
+            seen.append(record["index"])
+            if len(seen) == 10:
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl+C, mid-run
+
+        with pytest.raises(KeyboardInterrupt):
+            api.run(sim_doc(trial_ms=30), out=tmp_path / "run", on_trial=interrupt_at_ten,
+                    quiet=True)
+        assert signal.getsignal(signal.SIGINT) is callers_sigint
+        assert signal.getsignal(signal.SIGTERM) is callers_sigterm
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    stopped = api.load(tmp_path / "run")
+    assert stopped.state == "interrupted" and 10 <= stopped.done < 60
+    assert len(seen) == stopped.done
+    resumed = api.resume(tmp_path / "run", quiet=True)
+    assert resumed.state == "complete"
+    rows = resumed.table().to_pylist()
+    assert [r["index"] for r in rows] == list(range(60))
+    assert sorted(journal_order(tmp_path / "run")) == list(range(60))  # none twice
+
+
+def test_importing_the_package_changes_no_signal_handler_nor_sys_path():
+    # (Ray's import adds a folder of its own to sys.path; the caller's entries must stay.)
+    code = ("import signal, sys; before = (signal.getsignal(signal.SIGINT), "
+            "signal.getsignal(signal.SIGTERM), list(sys.path)); "
+            "import sweep.cli, sweep.api, sweep.tuned, sweep.session; "
+            "after = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), "
+            "[p for p in sys.path if p in before[2]]); "
+            "assert after == before, (before, after)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_time_budget_stops_the_run_resumably(ray_local, tmp_path):
+    doc = {**sim_doc(trial_ms=40), "space": {"A": list(range(200))}}
+    result = api.run(doc, out=tmp_path / "run", time_budget_s=3, quiet=True)
+    assert (result.state, result.exit_code) == ("interrupted", 0)
+    assert 0 < result.done < 200
+    assert json.loads((tmp_path / "run" / "best.json").read_text())["partial"] is True
+    assert api.resume(tmp_path / "run", quiet=True).state == "complete"
+    assert sorted(journal_order(tmp_path / "run")) == list(range(200))
+
+
+def test_the_cli_time_budget_and_trials_jsonl(ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "s.yaml", space={"A": list(range(200))},
+                         simulate={"trial_ms": 40}, run={"drain_s": 2})
+    stream = tmp_path / "trials.jsonl"
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--time-budget", "3",
+                     "--trials-jsonl", stream) == 0
+    assert "time budget of 3 s is spent" in capsys.readouterr().err
+    first = [json.loads(line)["index"] for line in stream.read_text().splitlines()]
+    assert 0 < len(first) < 200 and first == journal_order(tmp_path / "run")
+    assert sweep_cli("resume", tmp_path / "run", "--trials-jsonl", stream) == 0
+    every = [json.loads(line)["index"] for line in stream.read_text().splitlines()]
+    assert sorted(every) == list(range(200))  # appended: each trial once
+    for bad in ("0", "-1", "nan"):
+        assert sweep_cli("run", spec, "--out", tmp_path / "x", "--time-budget", bad) == 2
+        assert "--time-budget: expected a finite number of seconds > 0" in \
+            capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kernel: matmul\nspace: {A: [1]}\nrun: {workers: 0}\n")
+    assert sweep_cli("run", broken, "--out", tmp_path / "x", "--trials-jsonl",
+                     tmp_path / "x.jsonl") == 2
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.jsonl").exists()
+    # Spent before any trial began: like a stop then, nothing is written.
+    early = api.run(sim_doc(), out=tmp_path / "y", time_budget_s=1e-6, quiet=True)
+    assert (early.state, early.run_dir, early.exit_code) == ("interrupted", None, 0)
+    assert not (tmp_path / "y").exists()
+
+
+def test_a_complete_run_where_nothing_worked_exits_3_with_its_commonest_errors(
+        ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "s.yaml", simulate={"fail_rate": 1.0})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 3
+    out = capsys.readouterr().out
+    assert "best: none" in out
+    assert "40 × compile_error: simulated compile error (simulate.fail_rate) (e.g. #0)" in out
+    assert sweep_cli("resume", tmp_path / "run") == 3  # already complete: the same answer
+    result = api.resume(tmp_path / "run", quiet=True)
+    assert (result.state, result.best, result.exit_code) == ("complete", None, 3)
+    # retry as the CLI spells it: every config runs again (and fails again).
+    again = api.resume(tmp_path / "run", retry="compile_error,timeout", quiet=True)
+    assert (again.state, again.exit_code) == ("complete", 3)
+    attempts = pq.read_table(tmp_path / "run" / "trials.parquet").column("attempt")
+    assert set(attempts.to_pylist()) == {2}
+
+
+def test_bad_input_raises_the_clis_one_line_error_naming_the_key(ray_local, tmp_path):
+    doc = sim_doc()
+    doc["run"] = {**doc["run"], "workers": 0}
+    with pytest.raises(api.SpecError) as e:
+        api.run(doc, out=tmp_path / "run", quiet=True)
+    assert str(e.value) == "spec: run.workers: expected an integer >= 1 or null, got 0"
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="on_trial: expected a callable"):
+        api.run(sim_doc(), out=tmp_path / "run", on_trial="print", quiet=True)  # type: ignore
+
+
+def test_a_second_ctrl_c_raises_at_once_and_loses_no_finished_trial(ray_local, tmp_path):
+    seen: list[int] = []
+
+    def interrupt_twice(record: dict) -> None:
+        seen.append(record["index"])
+        if len(seen) == 10:
+            # raise(3) delivers to this thread before it returns: two signals, not one
+            # that the kernel merged (the process lives on, as a notebook's kernel must).
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        api.run(sim_doc(trial_ms=30), out=tmp_path / "run", on_trial=interrupt_twice,
+                quiet=True)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert api.load(tmp_path / "run").state == "interrupted"
+    resumed = api.resume(tmp_path / "run", quiet=True)
+    assert resumed.state == "complete"
+    order = journal_order(tmp_path / "run")
+    assert sorted(order) == list(range(60)) and set(seen) <= set(order[:len(seen)])

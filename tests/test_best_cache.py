@@ -1,0 +1,237 @@
+"""The best-config cache as users meet it: it keeps the best a run found (not the last
+run's), a run it can answer is not run again unless forced, `sweep best` prints a config
+to paste, and sweep.tuned hands it to a user's launch code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import triton
+import yaml
+from conftest import simulate_spec, sweep_cli, write_spec
+
+from actors.simulate import draws
+from storage.cache import CacheEntry, answering, library_versions, lookup
+from sweep import api
+from sweep.spec import load_spec
+from sweep.tuned import triton_config, tuned_config, tuned_entry
+
+SPACE = {"A": list(range(8)), "B": list(range(5))}
+SEED = 0
+PROBLEM = {"rows": 4, "cols": 64, "dtype": "float32"}
+
+
+def fastest(space_configs: list[dict]) -> dict:
+    """The config with the lowest simulated latency (the simulate backend's draws)."""
+    return min(space_configs, key=lambda c: draws(SEED, c)[1])
+
+
+def test_a_slower_run_does_not_replace_a_cached_best(ray_local, tmp_path, capsys):
+    full = simulate_spec(tmp_path / "full.yaml", space=SPACE, run={"finalists": 0})
+    every = [{"A": a, "B": b} for a in SPACE["A"] for b in SPACE["B"]]
+    best = fastest(every)
+    # The same kernel and problem over a space without the fastest config: slower.
+    without = {"A": [a for a in SPACE["A"] if a != best["A"]], "B": SPACE["B"]}
+    part = simulate_spec(tmp_path / "part.yaml", space=without, run={"finalists": 0})
+
+    assert sweep_cli("run", full, "--out", tmp_path / "full") == 0
+    (entry,) = lookup("matmul", "", {})
+    assert dict(entry.config) == best and entry.run_dir == str((tmp_path / "full").resolve())
+    capsys.readouterr()
+    assert sweep_cli("run", part, "--out", tmp_path / "part") == 0
+    assert "the best-config cache keeps its entry from" in capsys.readouterr().err
+    (kept,) = lookup("matmul", "", {})
+    assert replace(kept, runs=()) == replace(entry, runs=())
+    # Both complete sweeps are on record (either one is answered from the cache).
+    assert set(kept.runs) == {load_spec(full).fingerprint, load_spec(part).fingerprint}
+    # A stopped run's best, cached on request, never replaces a complete run's either.
+    assert sweep_cli("run", full, "--out", tmp_path / "stopped", "--max-trials", "30",
+                     "--cache-partial") == 0
+    (still,) = lookup("matmul", "", {})
+    assert still == kept
+    assert (still.versions, still.partial) == (library_versions(), False)
+
+
+def test_a_complete_run_replaces_a_partial_entry_even_when_slower(ray_local, tmp_path):
+    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, run={"finalists": 0})
+    assert sweep_cli("run", spec, "--out", tmp_path / "a", "--max-trials", "39",
+                     "--cache-partial") == 0
+    (partial,) = lookup("matmul", "", {})
+    assert partial.partial
+    without = {"A": SPACE["A"], "B": [b for b in SPACE["B"]
+                                      if b != partial.config["B"]]}
+    other = simulate_spec(tmp_path / "o.yaml", space=without, run={"finalists": 0})
+    assert sweep_cli("run", other, "--out", tmp_path / "b") == 0
+    (entry,) = lookup("matmul", "", {})
+    assert not entry.partial and entry.run_dir == str((tmp_path / "b").resolve())
+
+
+def softmax_spec(path: Path) -> Path:
+    return write_spec(path, name="tiny-softmax", kernel="softmax",
+                      problem={"rows": 4, "cols": 64, "dtype": "float32"},
+                      space={"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1],
+                             "num_warps": [1, 2]},
+                      timing={"warmup_ms": 1, "rep_ms": 3, "screen": "off"},
+                      run={"backend": "interpret", "finalists": 0})
+
+
+def test_a_cached_interpreter_run_answers_the_next_and_launch_code(ray_local, tmp_path,
+                                                                    capsys):
+    spec = softmax_spec(tmp_path / "spec.yaml")
+    problem = {"rows": 4, "cols": 64, "dtype": "float32"}
+    fallback = {"BLOCK_N": 16, "ROWS_PER_PROGRAM": 1}
+    assert tuned_config("softmax", problem, default=fallback,
+                        device="cpu-interpreter") == fallback
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    said = capsys.readouterr()
+    assert said.err.count("Triton's interpreter ignores num_warps") == 1
+    best = json.loads((tmp_path / "a" / "best.json").read_text())
+    # The interpreter ignores launch options: the cache keeps what it can tell apart.
+    tuned = {k: v for k, v in best["config"].items() if k != "num_warps"}
+    (entry,) = lookup("softmax", entry_source(), {**problem})
+    assert dict(entry.config) == tuned and entry.backend == "interpret"
+
+    assert tuned_config("softmax", problem, default=fallback,
+                        device="cpu-interpreter") == tuned
+    # Another problem (or device) was not tuned: the fallback.
+    assert tuned_config("softmax", {**problem, "cols": 128}, default=fallback,
+                        device="cpu-interpreter") == fallback
+    assert tuned_config("softmax", problem, default=fallback, device="NVIDIA H200") == fallback
+    assert tuned_entry("softmax", problem, "cpu-interpreter").run_dir == \
+        str((tmp_path / "a").resolve())
+
+    # The next run of the same spec is answered from the cache: nothing runs, nothing
+    # is written.
+    assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
+    out = capsys.readouterr().out
+    assert "cached" in out and "pass --force to tune again" in out
+    assert not (tmp_path / "b").exists()
+    result = api.run(spec, out=tmp_path / "c", quiet=True)
+    assert (result.state, result.run_dir, result.best.config) == \
+        ("cached", (tmp_path / "a").resolve(), tuned)
+    assert not (tmp_path / "c").exists()
+    assert sweep_cli("run", spec, "--out", tmp_path / "d", "--force") == 0
+    assert (tmp_path / "d" / "trials.parquet").exists()
+
+
+def entry_source() -> str:
+    from sweep_kernels import load_kernel, source_digest
+
+    return source_digest("softmax", load_kernel("softmax"))
+
+
+def test_sweep_best_prints_json_and_a_triton_config_equal_to_the_runs_best(
+        ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "s.yaml", space={"BLOCK": [16, 32, 64],
+                                                     "num_warps": [2, 4, 8]})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
+    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    capsys.readouterr()
+    assert sweep_cli("best", tmp_path / "run") == 0
+    shown, line = capsys.readouterr().out.splitlines()
+    assert json.loads(shown)["config"] == best["config"]
+    config = eval(line, {"triton": triton})  # the line a user pastes
+    expected = triton_config(best["config"])
+    assert (config.kwargs, config.num_warps) == (expected.kwargs, expected.num_warps) == \
+        ({"BLOCK": best["config"]["BLOCK"]}, best["config"]["num_warps"])
+    assert sweep_cli("best", tmp_path / "run", "--json") == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["index"] == best["index"] and listed["partial"] is False
+    assert sweep_cli("best", tmp_path / "nothing") == 2
+    assert "no such run directory or spec file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_tuned_config_takes_a_partial_entry_only_when_asked(ray_local, tmp_path, partial):
+    spec = softmax_spec(tmp_path / "spec.yaml")
+    problem = {"rows": 4, "cols": 64, "dtype": "float32"}
+    args = ["--cache-partial", "--max-trials", "2"] if partial else []
+    assert sweep_cli("run", spec, "--out", tmp_path / "a", *args) == 0
+    found = tuned_config("softmax", problem, default={}, device="cpu-interpreter")
+    assert bool(found) is not partial
+    assert tuned_config("softmax", problem, default={}, device="cpu-interpreter",
+                        partial=True) != {}
+
+
+def test_another_sweep_of_the_same_kernel_and_problem_is_tuned_not_answered(
+        ray_local, tmp_path, capsys):
+    spec = softmax_spec(tmp_path / "spec.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    # More configs than the cached sweep tried: the cache cannot know their latencies.
+    wider = write_spec(tmp_path / "wider.yaml", **{
+        **yaml.safe_load(spec.read_text()),
+        "space": {"BLOCK_N": [16, 32, 64], "ROWS_PER_PROGRAM": [1], "num_warps": [1, 2]}})
+    capsys.readouterr()
+    assert sweep_cli("run", wider, "--out", tmp_path / "b") == 0
+    assert "cached" not in capsys.readouterr().out
+    assert (tmp_path / "b" / "trials.parquet").exists()
+    # Both sweeps are now on record: either is answered.
+    for again in (spec, wider):
+        assert api.run(again, out=tmp_path / "c", quiet=True).state == "cached"
+
+
+def test_a_best_without_validation_is_not_cached(ray_local, tmp_path, capsys):
+    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, validation="off")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    assert "validation is off" in capsys.readouterr().err
+    assert lookup("matmul", "", {}) == []
+
+
+def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(ray_local,
+                                                                         tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", **{
+        **yaml.safe_load(softmax_spec(tmp_path / "base.yaml").read_text()),
+        "space": {"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1], "num_warps": [2],
+                  "num_stages": [1, 2]}})
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    best = json.loads((tmp_path / "a" / "best.json").read_text())["config"]
+    (entry,) = lookup("softmax", entry_source(), PROBLEM)
+    # num_warps was given (one value): kept; num_stages was a pick among two: noise.
+    assert dict(entry.config) == {k: v for k, v in best.items() if k != "num_stages"}
+    assert entry.config["num_warps"] == 2
+
+
+def test_tuned_config_finds_a_kernel_with_fixed_arguments_by_the_specs_values(
+        ray_local, tmp_path, monkeypatch):
+    # The user's module, in the directory the sweep runs from (where workers find it too).
+    shutil.copy(Path(__file__).parent / "third_party_kernel.py", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path / "spec.yaml", name="bias", kernel="third_party_kernel:KERNEL",
+                      problem={"rows": 6, "cols": 50}, fixed={"HAS_BIAS": True},
+                      space={"BLOCK_N": [64, 128], "ROWS": [1, 2]},
+                      timing={"warmup_ms": 1, "rep_ms": 3, "screen": "off"},
+                      run={"backend": "interpret", "finalists": 0})
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    best = json.loads((tmp_path / "a" / "best.json").read_text())["config"]
+    kernel, problem = "third_party_kernel:KERNEL", {"rows": 6, "cols": 50}
+    assert tuned_config(kernel, problem, fixed={"HAS_BIAS": True}, default={},
+                        device="cpu-interpreter") == best
+    # Another fixed value is another kernel: not tuned.
+    assert tuned_config(kernel, problem, fixed={"HAS_BIAS": False}, default={"x": 1},
+                        device="cpu-interpreter") == {"x": 1}
+
+
+def test_a_gpu_entry_answers_only_a_gpu_of_exactly_its_name():
+    sxm = CacheEntry(kernel="k", kernel_source="s", problem={}, backend="cuda",
+                     device="NVIDIA H100 80GB HBM3", config={"B": 1}, latency_ms=1.0,
+                     fingerprint="f", run_dir="/r", partial=False, written_at=0.0)
+    pcie = replace(sxm, device="NVIDIA H100 PCIe", config={"B": 2})
+    # Ray calls both H100; only the names torch reports tell them apart.
+    assert answering([sxm], ["NVIDIA H100 PCIe"]) == []
+    assert answering([sxm, pcie], ["NVIDIA H100 PCIe"]) == [pcie]
+    assert answering([sxm, pcie], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]) == \
+        [sxm, pcie]
+    assert answering([sxm], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]) == []
+    assert answering([sxm], []) == []
+
+
+def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
+    from sweep import cluster
+
+    # This cluster has no GPU: the task cannot start, and the check must not hang.
+    assert cluster.gpu_names([""], timeout_s=1) is None
+    assert cluster.gpu_names(["H100"], timeout_s=1) is None
