@@ -91,9 +91,11 @@ def read(path: Path) -> CacheEntry | None:
     try:
         doc = json.loads(path.read_text())
         names = {f.name for f in fields(CacheEntry)}
-        if not isinstance(doc, dict) or not set(doc) <= names:
+        if not isinstance(doc, dict):
             return None
-        entry = CacheEntry(**{**doc, "runs": tuple(doc.get("runs", ()))})
+        # Fields a later version added are left out (and lost if this one rewrites it).
+        known = {k: v for k, v in doc.items() if k in names}
+        entry = CacheEntry(**{**known, "runs": tuple(known.get("runs", ()))})
         return entry if path.stem == entry.key else None
     except (OSError, ValueError, TypeError):
         return None

@@ -51,13 +51,16 @@ class BestConfig:
 @dataclass(frozen=True)
 class SweepResult:
     """What a run left behind. state: "complete", "interrupted" (stopped, by a signal,
-    --max-trials or the time budget: resumable), "failed", or "cached" (nothing ran: the
-    best-config cache held a complete run's best; run_dir is that run's)."""
+    --max-trials or the time budget: resumable), "failed", "cached" (nothing ran: the
+    best-config cache held the best of a complete run of this sweep; run_dir is that
+    run's, if it is still there), or, from load(), "running" (a run going on, or one
+    killed: resume it)."""
 
     state: str
     run_dir: Path | None
     best: BestConfig | None
-    exit_code: int = 0  # what the `sweep` command would have exited with
+    # What the `sweep` command would have exited with (run and resume; None from load())
+    exit_code: int | None = None
     by_device: dict[str, BestConfig] = field(default_factory=dict)
     finalists: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
@@ -130,7 +133,7 @@ def load(run_dir: str | Path) -> SweepResult:
     path = Path(run_dir)
     if not RunDir(path).meta.exists():
         raise SpecError(f"{path}: not a sweep run directory (no run.json)")
-    return _from_run_dir(path, None, 0, 0.0)
+    return _from_run_dir(path, None, None, 0.0)
 
 
 def invoke(command: str, target: Path, request: Request, stop: StopController, out: Console,
@@ -220,6 +223,8 @@ def _call(call: Invoke, request: Request, quiet: bool,
             if isinstance(observer, TrialsJsonl):
                 observer.close()
     result = _result(session, code, time.monotonic() - started)
+    if result.complete:  # the signal came as the run ended: it changes nothing
+        return result
     if stop.signum == signal.SIGINT:
         raise KeyboardInterrupt(
             f"sweep stopped; resume with sweep.api.resume({str(result.run_dir)!r})"
@@ -250,7 +255,8 @@ def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
     return _from_run_dir(session.path, ending.state if ending else None, code, elapsed_s)
 
 
-def _from_run_dir(path: Path, state: str | None, code: int, elapsed_s: float) -> SweepResult:
+def _from_run_dir(path: Path, state: str | None, code: int | None,
+                  elapsed_s: float) -> SweepResult:
     from storage.snapshot import Best, SnapshotError, read_snapshot
     from sweep.rundir import RunDir
 

@@ -65,7 +65,7 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
     from sweep.spec import load_spec
 
     spec = load_spec(path)
-    found = lookup(spec.kernel, spec.kernel_source, spec.problem, spec.fixed)
+    found = lookup(spec.kernel, spec.kernel_source, spec.problem, spec.fixed_as_written)
     entries = [{"device": e.device, "backend": e.backend, "config": dict(e.config),
                 "latency_ms": e.latency_ms, "partial": e.partial, "run_dir": e.run_dir,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.written_at)),

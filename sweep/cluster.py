@@ -330,11 +330,13 @@ def device_types() -> dict[str, int]:
     return counts
 
 
-def gpu_names(kinds: list[str], timeout_s: float = 60.0) -> list[str] | None:
+def gpu_names(kinds: list[str], stop_requested: Callable[[], bool] = lambda: False,
+              timeout_s: float = 60.0) -> list[str] | None:
     """The CUDA device name of a GPU of each kind ("": any GPU), as torch reports it on
     one (the trial table's `device`, the best-config cache's key), asked of a short task
-    there; None if one did not answer in time (its GPUs busy). Ray's accelerator type
-    cannot stand in for it: H100 SXM, PCIe and NVL GPUs are all `H100`."""
+    there; None if one did not answer in time (its GPUs busy) or a stop came first. Ray's
+    accelerator type cannot stand in for it: H100 SXM, PCIe and NVL GPUs are all
+    `H100`."""
 
     # max_calls=1: the worker exits afterwards, and its CUDA context with it.
     name = ray.remote(num_gpus=0.01, num_cpus=0, max_calls=1)(_device_name)
@@ -344,13 +346,18 @@ def gpu_names(kinds: list[str], timeout_s: float = 60.0) -> list[str] | None:
         return name.options(resources=resources).remote()
 
     asked = [ask(kind) for kind in kinds]
+    deadline = time.monotonic() + timeout_s
     try:
-        return list(ray.get(asked, timeout=timeout_s))
-    except ray.exceptions.RayError:  # a timeout among them
-        for ref in asked:
-            with contextlib.suppress(ray.exceptions.RayError):
-                ray.cancel(ref, force=True)
-        return None
+        while time.monotonic() < deadline and not stop_requested():
+            done, _ = ray.wait(asked, num_returns=len(asked), timeout=0.1)
+            if len(done) == len(asked):
+                return list(ray.get(asked))
+    except ray.exceptions.RayError:  # a task that failed
+        pass
+    for ref in asked:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.cancel(ref, force=True)
+    return None
 
 
 def _device_name() -> str:

@@ -289,6 +289,12 @@ class Session:
                 raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
                                 f"but this cluster resolves to {backend}; pass the same kind "
                                 "of cluster")
+            if not self.meta and not request.force and not stop.requested:
+                hits = self._cached(backend, placement, lambda: stop.requested)
+                if hits:
+                    _print_cached(out, self.spec, hits)
+                    self.ending = Ending("cached", cached=hits)
+                    return EXIT_OK
             if stop.requested and not self.meta:
                 say(err, "stopped before the run started; nothing was written")
                 return stop.exit_code
@@ -297,12 +303,6 @@ class Session:
                 say(err, f"the time budget of {budget:g} s was spent before the run started; "
                          "nothing was written")
                 return EXIT_OK
-            if not self.meta and not request.force:
-                hits = self._cached(backend, placement)
-                if hits:
-                    _print_cached(out, self.spec, hits)
-                    self.ending = Ending("cached", cached=hits)
-                    return EXIT_OK
             if not self.meta:
                 _note_interpreted_options(self.spec, backend, err)
                 rundir.create(run, self.spec, len(self.space), backend)
@@ -384,7 +384,8 @@ class Session:
         except OSError as e:  # the run itself is done and written; only the cache missed it
             say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
-    def _cached(self, backend: str, placement: Placement) -> list[cache.CacheEntry]:
+    def _cached(self, backend: str, placement: Placement,
+                stop_requested: Callable[[], bool]) -> list[cache.CacheEntry]:
         """The cached best on each device this run would tune on, if this very sweep (its
         fingerprint) completed on each before, with these torch and Triton versions; else
         nothing. Simulate and replay runs measure this tool, not a kernel: they always
@@ -402,7 +403,7 @@ class Session:
         if backend == "interpret":
             names: list[str] | None = ["cpu-interpreter"]
         else:  # only now, with an answer likely: it starts a process on a GPU
-            names = cluster.gpu_names(sorted(set(placement.kinds)) or [""])
+            names = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
         return cache.answering(candidates, names or [])
 
     def _drive(self, run: RunDir, backend: str, placement: Placement, loaded: Loaded | None,
@@ -474,7 +475,10 @@ class Session:
         state = "failed"
         finalists: list[dict[str, Any]] = []
         driver = None
+        # A stop before or while the finalists were re-timed leaves a best picked by one
+        # noisy pass: not one to cache as final.
         unsettled = False
+        in_flight = True  # an exception is on its way out of the try below
         lost: ClusterLost | None = None
         try:
             write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
@@ -493,19 +497,22 @@ class Session:
                     ending = driver.run()
                     self.timeline.update(driver.timeline, trials_done=time.time())
                     if ending == "complete" and not should_stop():
-                        finalists = self._retime_finalists(driver, tally, progress)
+                        finalists, unsettled = self._retime_finalists(driver, tally, progress,
+                                                                      should_stop)
                         self.timeline["finalists_done"] = time.time()
-                    # A stop before or while the finalists were re-timed leaves a best
-                    # picked by one noisy pass: not one to cache as final.
-                    unsettled = should_stop()
+                    elif ending == "complete":  # stopped just as the last trial ended
+                        unsettled = any(len(tally.leaders(spec.run.finalists, d)) >= 2
+                                        for d in tally.devices)
                 finally:
                     driver.close()
             state = "complete" if tally.done == tally.total else "interrupted"
+            in_flight = False
         except DriverFailed as e:
             say(err, f"error: {e}")
+            in_flight = False
         except ClusterLost as e:  # driver.run() has closed its workers, committed records
             cluster.mark_lost()
-            state, lost = "interrupted", e
+            state, lost, in_flight = "interrupted", e, False
         except KeyboardInterrupt:  # an API caller's second Ctrl+C: written as a stop, then on
             state = "interrupted"
             raise
@@ -518,8 +525,8 @@ class Session:
                 rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
                                 finalists, first, self.timeline)
             except OSError as e:
-                if not storage_error(e, self.path):
-                    raise
+                if not storage_error(e, self.path) or not in_flight:
+                    raise  # alone, a full disk is one line and exit 1 (see execute)
                 # Already failing for the same reason: the artefacts on disk stay the last
                 # complete ones, and resume rebuilds them from the journal.
         # A retry stopped partway goes on only if asked again: say so in the hint.
@@ -535,6 +542,10 @@ class Session:
             self._cache_best(tally, backend, partial=partial, err=err)
         if spent_budget:
             say(err, f"the time budget of {budget:g} s is spent; the run stops resumably")
+        if state == "complete" and unsettled:
+            say(err, "stopped before the fastest configs were re-timed side by side: the best "
+                     "is one pass's, so the best-config cache does not take it (--force "
+                     "tunes again)")
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again)
         if state == "complete" and tally.best is None:
             _print_errors(out, pq.read_table(run.trials, columns=["index", "status", "error"]))
@@ -548,11 +559,14 @@ class Session:
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
-    def _retime_finalists(self, driver: Driver, tally: Tally,
-                          progress: ProgressReporter) -> list[dict[str, Any]]:
+    def _retime_finalists(self, driver: Driver, tally: Tally, progress: ProgressReporter,
+                          should_stop: Callable[[], bool]
+                          ) -> tuple[list[dict[str, Any]], bool]:
         """One pass picks winners by noise as much as by speed: re-time the fastest few
         side by side and let that decide the best: on each device type the records name,
-        on a device of that type. Updates tally's bests."""
+        on a device of that type. Updates tally's bests. Returns the finalists, and whether
+        a stop cut the re-timing short."""
+        cut = False
         finalists: list[dict[str, Any]] = []
         winners: dict[str, Best] = {}
         for device in tally.devices:
@@ -567,6 +581,7 @@ class Session:
             except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
                 progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                                   f"{str(e)[:200]}")
+                cut = cut or should_stop()
                 continue
             finalists += [
                 {"index": b.index, "config": b.config, "device": device,
@@ -578,7 +593,7 @@ class Session:
             winners[device] = Best(leader.index, leader.config, timing.median_ms, device)
         if winners:
             tally.set_best(winners)
-        return finalists
+        return finalists, cut
 
 
 def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:
@@ -671,9 +686,9 @@ def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
 
 def _print_cached(out: Console, spec: Spec, hits: list[cache.CacheEntry]) -> None:
     for e in hits:
-        say(out, f"sweep {spec.name}: cached — {e.kernel} on {e.device} was tuned by a "
-                 f"complete run ({e.run_dir}, "
-                 f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
+        say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel} completed on "
+                 f"{e.device} before; the best any sweep found there is from {e.run_dir} "
+                 f"({time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
         say(out, f"  best: {json.dumps(dict(e.config), sort_keys=True)} {e.latency_ms:.4g} ms")
     say(out, "  nothing was run; pass --force to tune again")
 

@@ -82,13 +82,14 @@ def _interpreting() -> bool:
 def _lookup(kernel: str, problem: tuple[tuple[str, Any], ...],
             fixed: tuple[tuple[str, Any], ...], backend: str, device: str
             ) -> CacheEntry | None:
-    """A found entry is kept for the life of the process; a miss is looked up again next
-    time (a sweep may have finished meanwhile), which costs a stat."""
+    """A complete run's entry is kept for the life of the process; anything else is
+    looked up again next time (a sweep may have finished meanwhile), which costs a stat
+    (and a read, for a partial entry)."""
     key = (kernel, problem, fixed, backend, device, str(cache_dir()))
     entry = _found.get(key)
     if entry is None:
         entry = read(cache_dir() / f"{_key(*key[:5])}.json")
-        if entry is not None:
+        if entry is not None and not entry.partial:  # a partial one may be replaced
             _found[key] = entry
     return entry
 

@@ -51,7 +51,7 @@ def test_a_mapping_spec_runs_and_its_result_holds_the_best_and_the_table(ray_loc
     assert sorted(r["index"] for r in seen) == list(range(60))
     assert json.loads(json.dumps(seen)) == seen
     assert api.load(tmp_path / "run") == \
-        api.SweepResult(**{**vars(result), "exit_code": 0, "elapsed_s": 0.0})
+        api.SweepResult(**{**vars(result), "exit_code": None, "elapsed_s": 0.0})
 
 
 def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(
@@ -215,3 +215,39 @@ def test_a_second_ctrl_c_raises_at_once_and_loses_no_finished_trial(ray_local, t
     assert resumed.state == "complete"
     order = journal_order(tmp_path / "run")
     assert sorted(order) == list(range(60)) and set(seen) <= set(order[:len(seen)])
+
+
+def test_a_stop_as_the_last_trial_ends_completes_without_caching_an_unchecked_best(
+        ray_local, tmp_path, capsys):
+    from storage.cache import lookup
+
+    doc = {**sim_doc(), "space": {"A": list(range(12))}}
+    seen: list[int] = []
+
+    def stop_at_the_last(record: dict) -> None:
+        seen.append(record["index"])
+        if len(seen) == 12:
+            signal.raise_signal(signal.SIGINT)
+
+    result = api.run(doc, out=tmp_path / "run", on_trial=stop_at_the_last)
+    # Complete: the signal changes nothing the caller must handle (no KeyboardInterrupt).
+    assert (result.state, result.exit_code, result.finalists) == ("complete", 0, [])
+    assert "the best-config cache does not take it" in capsys.readouterr().err
+    assert lookup("matmul", "", {}) == []
+
+
+def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(ray_local, tmp_path,
+                                                               monkeypatch, capsys):
+    import errno
+
+    from sweep import rundir
+
+    def full_disk(run, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run.trials))
+
+    monkeypatch.setattr(rundir, "finalize", full_disk)
+    spec = simulate_spec(tmp_path / "s.yaml", simulate={"fail_rate": 1.0})
+    assert sweep_cli("run", spec, "--out", tmp_path / "run") == 1
+    err = capsys.readouterr().err
+    assert "No space left on device while writing the run directory" in err
+    assert "Traceback" not in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,7 +197,7 @@ def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(ray_loc
 
 
 def test_tuned_config_finds_a_kernel_with_fixed_arguments_by_the_specs_values(
-        ray_local, tmp_path, monkeypatch):
+        ray_local, tmp_path, monkeypatch, capsys):
     # The user's module, in the directory the sweep runs from (where workers find it too).
     shutil.copy(Path(__file__).parent / "third_party_kernel.py", tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -213,6 +214,10 @@ def test_tuned_config_finds_a_kernel_with_fixed_arguments_by_the_specs_values(
     # Another fixed value is another kernel: not tuned.
     assert tuned_config(kernel, problem, fixed={"HAS_BIAS": False}, default={"x": 1},
                         device="cpu-interpreter") == {"x": 1}
+    # sweep best finds it by the same key (the kernel record has fixed values of its own).
+    capsys.readouterr()
+    assert sweep_cli("best", spec) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["config"] == best
 
 
 def test_a_gpu_entry_answers_only_a_gpu_of_exactly_its_name():
@@ -235,3 +240,21 @@ def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
     # This cluster has no GPU: the task cannot start, and the check must not hang.
     assert cluster.gpu_names([""], timeout_s=1) is None
     assert cluster.gpu_names(["H100"], timeout_s=1) is None
+    # A stop meanwhile ends the wait at once (well before the minute it would wait).
+    started = time.monotonic()
+    assert cluster.gpu_names([""], lambda: time.monotonic() > started + 0.5) is None
+    assert time.monotonic() - started < 10
+
+
+def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(ray_local,
+                                                                          tmp_path):
+    spec = softmax_spec(tmp_path / "spec.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a", "--cache-partial",
+                     "--max-trials", "2") == 0
+    args = ("softmax", PROBLEM)
+    assert tuned_config(*args, default={}, device="cpu-interpreter") == {}  # partial only
+    assert sweep_cli("resume", tmp_path / "a") == 0
+    best = json.loads((tmp_path / "a" / "best.json").read_text())["config"]
+    # The same process (a server that kept running): the complete entry now answers.
+    assert tuned_config(*args, default={}, device="cpu-interpreter") == \
+        {k: v for k, v in best.items() if k != "num_warps"}
