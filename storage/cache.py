@@ -62,6 +62,9 @@ class CacheEntry:
     # The fingerprints of every complete sweep that tuned this key, whether or not its
     # best is the one kept: `sweep run` of one of these sweeps has nothing left to find.
     runs: tuple[str, ...] = ()
+    # Their declared fingerprints (known before the kernel is imported): whether to look
+    # here at all before Ray starts.
+    declared: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -95,25 +98,28 @@ def read(path: Path) -> CacheEntry | None:
             return None
         # Fields a later version added are left out (and lost if this one rewrites it).
         known = {k: v for k, v in doc.items() if k in names}
-        entry = CacheEntry(**{**known, "runs": tuple(known.get("runs", ()))})
+        entry = CacheEntry(**{**known, "runs": tuple(known.get("runs", ())),
+                              "declared": tuple(known.get("declared", ()))})
         return entry if path.stem == entry.key else None
     except (OSError, ValueError, TypeError):
         return None
 
 
 def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path]:
-    """Keep the better of entry and the one its key holds, with the complete runs of both.
-    Returns the entry the cache keeps and its file. Runs that finish together are
-    serialised by a lock."""
+    """Keep the better of entry and the one its key holds, with the complete sweeps of both
+    (a partial entry's are not counted). Returns the entry the cache keeps and its file.
+    Runs that finish together are serialised by a lock."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{entry.key}.json"
     with _locked(root):
         held = read(path) if path.exists() else None
-        runs = tuple(dict.fromkeys([*(held.runs if held else ()),
-                                    *(() if entry.partial else (entry.fingerprint,))]))
+        def merged(name: str) -> tuple[str, ...]:
+            ours = () if entry.partial else getattr(entry, name)
+            return tuple(dict.fromkeys([*(getattr(held, name) if held else ()), *ours]))
+
         kept = entry if held is None or entry.better_than(held) else held
-        kept = replace(kept, runs=runs)
+        kept = replace(kept, runs=merged("runs"), declared=merged("declared"))
         if kept != held:
             write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())
         return kept, path
@@ -128,6 +134,14 @@ def _locked(root: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def declared_somewhere(kernel: str, declared: str, root: Path | None = None) -> bool:
+    """Whether a complete sweep with this declared fingerprint is on record for the
+    kernel: worth importing the kernel for, to look its entries up."""
+    root = root or cache_dir()
+    return any(e is not None and e.kernel == kernel and declared in e.declared
+               for e in map(read, sorted(root.glob("*.json")) if root.is_dir() else []))
 
 
 def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],

@@ -360,6 +360,28 @@ def gpu_names(kinds: list[str], stop_requested: Callable[[], bool] = lambda: Fal
     return None
 
 
+def local_devices(backend: str) -> list[str] | None:
+    """The devices a private local instance would run `backend` on, by name, found
+    without Ray: ["cpu-interpreter"], this machine's GPU names, or None where only Ray
+    can tell (CUDA_VISIBLE_DEVICES, GPUs nvidia-smi cannot name)."""
+    if backend == "interpret":
+        return ["cpu-interpreter"]
+    if backend not in ("auto", "cuda") or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        # No NVIDIA device at all: Ray finds no GPU either, and auto interprets.
+        no_gpu = not any(Path("/dev").glob("nvidia[0-9]*"))
+        return ["cpu-interpreter"] if no_gpu and backend == "auto" else None
+    try:
+        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
+    return names if done.returncode == 0 and names else None
+
+
 def _device_name() -> str:
     """nvidia-smi answers in milliseconds where torch takes seconds to import and start
     CUDA (3 s on an H200 box); both read the name from the driver ("NVIDIA H200" from

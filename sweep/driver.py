@@ -665,8 +665,14 @@ class Driver:
         if self.compile_limit is not None:
             self.compile_limit.observe(records)
         self.tally.add(records)
-        for observer in self.observers:
-            observer.on_records(records, self.tally)
+        try:
+            for observer in self.observers:
+                observer.on_records(records, self.tally)
+        except BaseException:
+            # A KeyboardInterrupt (an API caller's second Ctrl+C) from inside an observer:
+            # the rest of this group goes unobserved, so no later group may be observed.
+            self.observers = []
+            raise
 
     def _event(self, message: str) -> None:
         for observer in self.observers:

@@ -251,8 +251,14 @@ class Session:
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
         started_ray = False
+        address = request.address
+        if not self.meta and not request.force:
+            hits = self._answered_before_ray(address)
+            if hits:
+                _print_cached(out, self.spec, hits)
+                self.ending = Ending("cached", cached=hits)
+                return EXIT_OK
         try:
-            address = request.address
             if not self.meta and cluster.starts_local(address) and \
                     self.spec.run.backend in ("auto", "cuda") and \
                     os.environ.get("SWEEP_PRESTART") != "0":
@@ -376,7 +382,8 @@ class Session:
                     config=config, latency_ms=best.latency_ms,
                     fingerprint=spec.fingerprint, run_dir=str(self.path.resolve()),
                     partial=partial, written_at=time.time(), versions=versions,
-                    fixed=dict(spec.fixed_as_written)))
+                    fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
+                    declared=(spec.declared_fingerprint,)))
                 if kept.run_dir != str(self.path.resolve()):
                     say(err, f"the best-config cache keeps its entry from {kept.run_dir}"
                              f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
@@ -390,14 +397,7 @@ class Session:
         fingerprint) completed on each before, with these torch and Triton versions; else
         nothing. Simulate and replay runs measure this tool, not a kernel: they always
         run."""
-        spec = self.spec
-        if backend not in ("interpret", "cuda"):
-            return []
-        versions = cache.library_versions()
-        candidates = [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
-                                              spec.fixed_as_written)
-                      if e.backend == backend and not e.partial
-                      and dict(e.versions) == versions and spec.fingerprint in e.runs]
+        candidates = _candidates(self.spec, backend)
         if not candidates:
             return []
         if backend == "interpret":
@@ -405,6 +405,26 @@ class Session:
         else:  # only now, with an answer likely: it starts a process on a GPU
             names = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
         return cache.answering(candidates, names or [])
+
+    def _answered_before_ray(self, address: str | None) -> list[cache.CacheEntry]:
+        """The cache's answer before Ray starts (seconds sooner), where this machine alone
+        decides the devices: a private local instance, no device types chosen, and a
+        complete sweep with this spec's declared fingerprint on record (so importing the
+        kernel now, not while Ray starts, costs only a run that is answered)."""
+        spec = self.spec
+        if self.full_spec is None or not cluster.starts_local(address) or \
+                spec.run.accelerator_types is not None or \
+                not cache.declared_somewhere(spec.kernel, spec.declared_fingerprint):
+            return []
+        devices = cluster.local_devices(spec.run.backend)
+        if devices is None:
+            return []
+        full = self.full_spec.result()
+        backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
+        hits = cache.answering(_candidates(full, backend), devices)
+        if hits:
+            self.spec = full
+        return hits
 
     def _drive(self, run: RunDir, backend: str, placement: Placement, loaded: Loaded | None,
                request: Request, stop: StopController, out: Console, err: Console,
@@ -673,6 +693,19 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
         return 1  # interpreted trials take far longer than a Ray round trip
     per_trial_s = max(spec.simulate.trial_ms, 0.05) / 1e3
     return int(min(1024, max(1, TARGET_BATCH_S / per_trial_s)))
+
+
+def _candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
+    """Cache entries that this very sweep (its fingerprint) completed, with these torch and
+    Triton versions, on some device. Simulate and replay runs measure this tool, not a
+    kernel: nothing answers them."""
+    if backend not in ("interpret", "cuda"):
+        return []
+    versions = cache.library_versions()
+    return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
+                                    spec.fixed_as_written)
+            if e.backend == backend and not e.partial and dict(e.versions) == versions
+            and spec.fingerprint in e.runs]
 
 
 def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import triton
 import yaml
-from conftest import simulate_spec, sweep_cli, write_spec
+from conftest import simulate_spec, sweep_cli, sweep_proc, write_spec
 
 from actors.simulate import draws
 from storage.cache import CacheEntry, answering, library_versions, lookup
@@ -46,7 +47,7 @@ def test_a_slower_run_does_not_replace_a_cached_best(ray_local, tmp_path, capsys
     assert sweep_cli("run", part, "--out", tmp_path / "part") == 0
     assert "the best-config cache keeps its entry from" in capsys.readouterr().err
     (kept,) = lookup("matmul", "", {})
-    assert replace(kept, runs=()) == replace(entry, runs=())
+    assert replace(kept, runs=(), declared=()) == replace(entry, runs=(), declared=())
     # Both complete sweeps are on record (either one is answered from the cache).
     assert set(kept.runs) == {load_spec(full).fingerprint, load_spec(part).fingerprint}
     # A stopped run's best, cached on request, never replaces a complete run's either.
@@ -258,3 +259,21 @@ def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(ray_lo
     # The same process (a server that kept running): the complete entry now answers.
     assert tuned_config(*args, default={}, device="cpu-interpreter") == \
         {k: v for k, v in best.items() if k != "num_warps"}
+
+
+def test_a_cached_sweep_is_answered_before_ray_starts(ray_local, tmp_path, request):
+    spec = softmax_spec(tmp_path / "spec.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    # Short: Ray's socket paths under it must fit in 107 bytes.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    again = sweep_proc("run", spec, "--out", tmp_path / "b",
+                       env={"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": "local"})
+    assert again.returncode == 0, again.stderr
+    assert "cached" in again.stdout and not (tmp_path / "b").exists()
+    assert list(ray_tmp.rglob("session_*")) == []  # no Ray instance was started
+    # --force: the same command tunes, on a Ray of its own.
+    forced = sweep_proc("run", spec, "--out", tmp_path / "c", "--force",
+                        env={"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": "local"})
+    assert forced.returncode == 0, forced.stderr
+    assert list(ray_tmp.rglob("session_*")) != []

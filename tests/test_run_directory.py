@@ -138,8 +138,10 @@ def test_a_run_on_a_disk_that_fills_up_stops_cleanly_and_resumes_when_space_is_b
         ray_address, tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(400))},
                          simulate={"workers": 2, "trial_ms": 1}, run={"snapshot_every_s": 60})
-    with tmpfs(tmp_path / "disk", "192k") as disk:
-        (disk / "filler").write_bytes(b"x" * 120 * 1024)
+    # 72 KiB free at first; with the filler gone, room for the whole run (about 180 KiB
+    # of files, and the table's replacement written beside the old one).
+    with tmpfs(tmp_path / "disk", "320k") as disk:
+        (disk / "filler").write_bytes(b"x" * 248 * 1024)
         out = disk / "run"
         result = sweep_proc("run", spec, "--out", out, "--address", ray_address)
         assert result.returncode == 1, result.stderr
