@@ -128,7 +128,6 @@ def resume(run_dir: str | Path, *, address: str | None = None,
 def load(run_dir: str | Path) -> SweepResult:
     """The result of a run directory as it stands (a finished, stopped or running run)."""
     from sweep.rundir import RunDir
-    from sweep.spec import SpecError
 
     path = Path(run_dir)
     if not RunDir(path).meta.exists():
@@ -205,8 +204,6 @@ Invoke = Callable[["Request", StopController, Console, Console, float],
 
 def _call(call: Invoke, request: Request, quiet: bool,
           rename: tuple[str, str] | None = None) -> SweepResult:
-    from sweep.spec import SpecError
-
     started = time.monotonic()
     out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
     stop = StopController(exit_at_once=False)
@@ -295,8 +292,6 @@ def _spec_file(spec: SpecLike) -> Iterator[tuple[Path, str]]:
         try:
             path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
         except (yaml.YAMLError, ValueError, OSError) as e:
-            from sweep.spec import SpecError
-
             raise SpecError(f"spec: cannot be written as YAML ({e})") from None
         yield path, "spec"
 
