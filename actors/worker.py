@@ -221,8 +221,10 @@ class TrialWorker:
     def info(self) -> dict[str, Any]:
         """Who and where; answers once the worker can run a trial (its compile processes
         join as they come up)."""
+        from storage.cache import library_versions
+
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
-                "pid": os.getpid()}
+                "pid": os.getpid(), "versions": library_versions()}
 
     def run(self, batch: Batch) -> Iterator[list[WorkerMessage]]:
         """Hold the batch: its configs start compiling at once, and `ahead` (configs some

@@ -15,7 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import metadata
 from pathlib import Path
@@ -161,12 +161,15 @@ def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],
 
 
 
-def answering(entries: list[CacheEntry], devices: list[str]) -> list[CacheEntry]:
-    """The entry for each device (by its exact name), or nothing unless every device has
-    one: a run on several devices is answered whole or not at all."""
+def answering(entries: list[CacheEntry], devices: Sequence[tuple[str, Mapping[str, str]]]
+              ) -> list[CacheEntry]:
+    """The entry for each device (by its exact name and the torch and Triton versions it
+    runs), or nothing unless every device has one: a run on several devices is answered
+    whole or not at all."""
     found = []
-    for device in dict.fromkeys(devices):
-        matching = [e for e in entries if e.device == device]
+    for device, versions in {d: v for d, v in devices}.items():
+        matching = [e for e in entries if e.device == device and
+                    dict(e.versions) == dict(versions)]
         if not matching:
             return []
         found.append(min(matching, key=lambda e: e.latency_ms))

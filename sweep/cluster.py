@@ -331,15 +331,16 @@ def device_types() -> dict[str, int]:
 
 
 def gpu_names(kinds: list[str], stop_requested: Callable[[], bool] = lambda: False,
-              timeout_s: float = 60.0) -> list[str] | None:
+              timeout_s: float = 60.0) -> list[tuple[str, dict[str, str]]] | None:
     """The CUDA device name of a GPU of each kind ("": any GPU), as torch reports it on
-    one (the trial table's `device`, the best-config cache's key), asked of a short task
-    there; None if one did not answer in time (its GPUs busy) or a stop came first. Ray's
-    accelerator type cannot stand in for it: H100 SXM, PCIe and NVL GPUs are all
+    one (the trial table's `device`), and the torch and Triton versions there (a head
+    may have other builds): the best-config cache's key. Asked of a short task there;
+    None if one did not answer in time (its GPUs busy) or a stop came first. Ray's
+    accelerator type cannot stand in for the name: H100 SXM, PCIe and NVL GPUs are all
     `H100`."""
 
     # max_calls=1: the worker exits afterwards, and its CUDA context with it.
-    name = ray.remote(num_gpus=0.01, num_cpus=0, max_calls=1)(_device_name)
+    name = ray.remote(num_gpus=0.01, num_cpus=0, max_calls=1)(_identity)
 
     def ask(kind: str) -> Any:
         resources = {f"{TYPE_RESOURCE}{kind}": 0.001} if kind else {}
@@ -380,6 +381,12 @@ def local_devices(backend: str) -> list[str] | None:
         return None
     names = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
     return names if done.returncode == 0 and names else None
+
+
+def _identity() -> tuple[str, dict[str, str]]:
+    from storage.cache import library_versions
+
+    return _device_name(), library_versions()
 
 
 def _device_name() -> str:

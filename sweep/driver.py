@@ -206,6 +206,8 @@ class Driver:
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
         self.slots: list[_Slot] = []
         self.kinds = list(kinds)
+        # Each device type's torch and Triton versions, as its workers report them.
+        self.versions: dict[str, dict[str, str]] = {}
         self._kind_of: dict[str, str] = {}  # device name -> the kind that gave it
         self.dispatched = 0
         self.first_dispatch_at: float | None = None  # wall clock
@@ -477,6 +479,8 @@ class Driver:
         if isinstance(event, WorkerUp):
             slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
             self._kind_of[event.device] = slot.kind
+            if event.versions:
+                self.versions[event.device] = dict(event.versions)
             if all(s.up for s in self.slots):
                 self.timeline.setdefault("all_workers_up", self.runtime.time())
         elif isinstance(event, BatchBegan):

@@ -177,7 +177,7 @@ class RayRuntime:
         except RayError as e:
             return self._lost(name, f"worker failed while starting: {e}", True)
         actor.ready = None
-        return [WorkerUp(name, info["device"], info["node"])]
+        return [WorkerUp(name, info["device"], info["node"], info.get("versions", {}))]
 
     def _take(self, name: str, stream: _Stream) -> list[Event]:
         """The next message of one batch's stream."""

@@ -45,6 +45,9 @@ class WorkerUp:
     worker: str
     device: str
     node: str
+    # The worker's torch and Triton versions (a cluster's head may have other builds than
+    # its GPU nodes): what the best-config cache keys a device's best by.
+    versions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -363,14 +363,15 @@ class Session:
         say(err, f"recovered {loaded.recovered.num_rows} trials that only trials.parquet "
                  "held into the journal")
 
-    def _cache_best(self, tally: Tally, backend: str, partial: bool, err: Console) -> None:
+    def _cache_best(self, tally: Tally, backend: str, partial: bool, err: Console,
+                    versions: Mapping[str, Mapping[str, str]]) -> None:
         """An entry per device type: a config tuned on one type says little of another.
         A better best cached before (by another run) stays."""
         spec = self.spec
         if spec.validation is None:
             say(err, "validation is off: the best-config cache takes only validated bests")
             return
-        versions = cache.library_versions()
+        here = cache.library_versions()  # the workers' unless none came up (all done before)
         noise = _interpreted_options(spec, backend)
         try:
             for best in tally.by_device.values():
@@ -381,7 +382,8 @@ class Session:
                     problem=dict(spec.problem), backend=backend, device=best.device,
                     config=config, latency_ms=best.latency_ms,
                     fingerprint=spec.fingerprint, run_dir=str(self.path.resolve()),
-                    partial=partial, written_at=time.time(), versions=versions,
+                    partial=partial, written_at=time.time(),
+                    versions=versions.get(best.device) or here,
                     fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
                     declared=(spec.declared_fingerprint,)))
                 if kept.run_dir != str(self.path.resolve()):
@@ -401,10 +403,11 @@ class Session:
         if not candidates:
             return []
         if backend == "interpret":
-            names: list[str] | None = ["cpu-interpreter"]
+            devices: list[tuple[str, dict[str, str]]] | None = \
+                [("cpu-interpreter", cache.library_versions())]
         else:  # only now, with an answer likely: it starts a process on a GPU
-            names = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
-        return cache.answering(candidates, names or [])
+            devices = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
+        return cache.answering(candidates, devices or [])
 
     def _answered_before_ray(self, address: str | None) -> list[cache.CacheEntry]:
         """The cache's answer before Ray starts (seconds sooner), where this machine alone
@@ -421,7 +424,8 @@ class Session:
             return []
         full = self.full_spec.result()
         backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
-        hits = cache.answering(_candidates(full, backend), devices)
+        here = cache.library_versions()  # the workers' too: this machine, this Python
+        hits = cache.answering(_candidates(full, backend), [(d, here) for d in devices])
         if hits:
             self.spec = full
         return hits
@@ -559,7 +563,8 @@ class Session:
         partial = state != "complete" or unsettled
         if tally.best and state != "failed" and lost is None and \
                 (not partial or request.cache_partial):
-            self._cache_best(tally, backend, partial=partial, err=err)
+            self._cache_best(tally, backend, partial=partial, err=err,
+                             versions=driver.versions if driver else {})
         if spent_budget:
             say(err, f"the time budget of {budget:g} s is spent; the run stops resumably")
         if state == "complete" and unsettled:
@@ -696,16 +701,13 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
 
 
 def _candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
-    """Cache entries that this very sweep (its fingerprint) completed, with these torch and
-    Triton versions, on some device. Simulate and replay runs measure this tool, not a
-    kernel: nothing answers them."""
+    """Cache entries that this very sweep (its fingerprint) completed on some device.
+    Simulate and replay runs measure this tool, not a kernel: nothing answers them."""
     if backend not in ("interpret", "cuda"):
         return []
-    versions = cache.library_versions()
     return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
                                     spec.fixed_as_written)
-            if e.backend == backend and not e.partial and dict(e.versions) == versions
-            and spec.fingerprint in e.runs]
+            if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
 
 
 def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:

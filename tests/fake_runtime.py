@@ -119,7 +119,8 @@ class FakeRuntime:
             self._at(at, WorkerLost(worker, why, init_failed=script.init_fails))
         else:
             self._workers[worker] = _Worker(worker, at, at)
-            self._at(at, WorkerUp(worker, kind or self.device, "fake-node"))
+            self._at(at, WorkerUp(worker, kind or self.device, "fake-node",
+                                  {"torch": f"torch-on-{kind or self.device}"}))
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
                ahead: Sequence[tuple[int, dict[str, Any]]],

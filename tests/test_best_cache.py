@@ -226,13 +226,20 @@ def test_a_gpu_entry_answers_only_a_gpu_of_exactly_its_name():
                      device="NVIDIA H100 80GB HBM3", config={"B": 1}, latency_ms=1.0,
                      fingerprint="f", run_dir="/r", partial=False, written_at=0.0)
     pcie = replace(sxm, device="NVIDIA H100 PCIe", config={"B": 2})
+    v = dict(sxm.versions)
     # Ray calls both H100; only the names torch reports tell them apart.
-    assert answering([sxm], ["NVIDIA H100 PCIe"]) == []
-    assert answering([sxm, pcie], ["NVIDIA H100 PCIe"]) == [pcie]
-    assert answering([sxm, pcie], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]) == \
-        [sxm, pcie]
-    assert answering([sxm], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]) == []
+    assert answering([sxm], [("NVIDIA H100 PCIe", v)]) == []
+    assert answering([sxm, pcie], [("NVIDIA H100 PCIe", v)]) == [pcie]
+    assert answering([sxm, pcie], [("NVIDIA H100 80GB HBM3", v), ("NVIDIA H100 PCIe", v)]) \
+        == [sxm, pcie]
+    assert answering([sxm], [("NVIDIA H100 80GB HBM3", v), ("NVIDIA H100 PCIe", v)]) == []
     assert answering([sxm], []) == []
+    # The GPU node's torch and Triton decide, not the head's.
+    gpu_builds = {"torch": "2.11.0+cu128", "triton": "3.6.0"}
+    built = replace(sxm, versions=gpu_builds)
+    assert answering([built], [("NVIDIA H100 80GB HBM3", gpu_builds)]) == [built]
+    assert answering([built], [("NVIDIA H100 80GB HBM3", {"torch": "2.11.0+cpu",
+                                                          "triton": "3.6.0"})]) == []
 
 
 def test_naming_the_gpus_gives_up_when_none_answers(ray_local):

@@ -68,6 +68,17 @@ def test_every_trial_is_recorded_once_across_workers():
     assert driver.tally.done == 20 and log.attempts == []
 
 
+def test_the_versions_each_device_types_workers_report_are_kept():
+    # A cluster's head may run other torch and Triton builds than its GPU nodes: the
+    # best-config cache keys each device's best by its workers' versions.
+    rt = FakeRuntime()
+    driver, _, _ = make(6, rt, workers=2, kinds=["SIM-A", "SIM-B"])
+    assert driver.run() == "complete"
+    driver.close()
+    assert driver.versions == {"SIM-A": {"torch": "torch-on-SIM-A"},
+                               "SIM-B": {"torch": "torch-on-SIM-B"}}
+
+
 def test_a_trial_that_kills_its_worker_runs_alone_then_is_crashed():
     rt = FakeRuntime(trial=lambda i, c, a, w: Dies() if i == 5 else Ok())
     driver, log, _ = make(12, rt)
