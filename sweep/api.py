@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,12 +89,16 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
         address: str | None = None, max_trials: int | None = None,
         time_budget_s: float | None = None, cache_partial: bool = False, force: bool = False,
         on_trial: Callable[[dict[str, Any]], object] | None = None,
-        trials_jsonl: str | Path | None = None, quiet: bool = False) -> SweepResult:
+        trials_jsonl: str | Path | None = None, quiet: bool = False,
+        stop: threading.Event | None = None) -> SweepResult:
     """Run a sweep: `spec` is a spec file's path or the spec itself as a mapping (its
     relative paths are then from the current directory). The options are the CLI's
     (`sweep run --help`); on_trial(record) is called on this thread once per finished
     trial, in completion order, with the trial's row as JSON-compatible values. quiet:
-    print nothing (progress and summary go to stderr and stdout otherwise).
+    print nothing (progress and summary go to stderr and stdout otherwise). stop: once
+    set (from any thread), the sweep stops as on Ctrl+C, and the call returns its
+    (resumable) result: how a call on a thread other than the main one, which gets no
+    signals, is stopped.
 
     Raises SpecError (a ValueError) for bad input, with the CLI's one-line message, and
     KeyboardInterrupt after a Ctrl+C has stopped the run cleanly (resume it with
@@ -104,14 +109,15 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
             backend=backend, label="sweep.api.run()"),
             _request(address, max_trials, time_budget_s, cache_partial, force, on_trial,
                      trials_jsonl),
-            quiet, rename=(str(path), shown) if shown else None)
+            quiet, stop, rename=(str(path), shown) if shown else None)
 
 
 def resume(run_dir: str | Path, *, address: str | None = None,
            max_trials: int | None = None, time_budget_s: float | None = None,
            cache_partial: bool = False, retry: str | Sequence[str] = (),
            on_trial: Callable[[dict[str, Any]], object] | None = None,
-           trials_jsonl: str | Path | None = None, quiet: bool = False) -> SweepResult:
+           trials_jsonl: str | Path | None = None, quiet: bool = False,
+           stop: threading.Event | None = None) -> SweepResult:
     """Continue a stopped run in place (see run()); retry: recorded statuses whose configs
     run again, as `sweep resume --retry` ("timeout,crashed" or ["timeout", "crashed"])."""
     from sweep.cli import retry_statuses
@@ -122,7 +128,7 @@ def resume(run_dir: str | Path, *, address: str | None = None,
         "resume", Path(run_dir), request, stop, o, e, t0, retry=statuses,
         label="sweep.api.resume()"),
         _request(address, max_trials, time_budget_s, cache_partial, False, on_trial,
-                 trials_jsonl), quiet)
+                 trials_jsonl), quiet, stop)
 
 
 def load(run_dir: str | Path) -> SweepResult:
@@ -202,11 +208,12 @@ Invoke = Callable[["Request", StopController, Console, Console, float],
                   "tuple[int, Session]"]
 
 
-def _call(call: Invoke, request: Request, quiet: bool,
+def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | None,
           rename: tuple[str, str] | None = None) -> SweepResult:
     started = time.monotonic()
     out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
-    stop = StopController(exit_at_once=False)
+    stop = StopController(exit_at_once=False,
+                          asked=asked.is_set if asked is not None else lambda: False)
     stop.install()
     try:
         code, session = call(request, stop, out, err, started)

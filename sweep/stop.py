@@ -14,21 +14,26 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 
 class StopController:
-    def __init__(self, exit_at_once: bool = True) -> None:
+    def __init__(self, exit_at_once: bool = True,
+                 asked: Callable[[], bool] = lambda: False) -> None:
         """exit_at_once: a second signal ends the process (the command), else it raises
-        KeyboardInterrupt in the main thread (an in-process caller)."""
+        KeyboardInterrupt in the main thread (an in-process caller). asked: a stop asked
+        for without a signal (an API caller's event: a call from another thread has no
+        handlers)."""
         self.signum: int | None = None
         self.exit_at_once = exit_at_once
+        self._asked = asked
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
         """(Re)install the handlers; Ray's init replaces the SIGTERM one, so call it after.
-        Only the main thread may: a call from another thread stops only when asked to
-        (request())."""
+        Only the main thread may: a call from another thread stops only when `asked`
+        says so."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -60,7 +65,7 @@ class StopController:
 
     @property
     def requested(self) -> bool:
-        return self.signum is not None
+        return self.signum is not None or self._asked()
 
     @property
     def exit_code(self) -> int:

@@ -251,3 +251,29 @@ def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(ray_local, tmp_pa
     err = capsys.readouterr().err
     assert "No space left on device while writing the run directory" in err
     assert "Traceback" not in err
+
+
+def test_a_call_on_another_thread_is_stopped_by_its_event(ray_local, tmp_path):
+    import threading
+
+    asked = threading.Event()
+    seen: list[int] = []
+    results: list[api.SweepResult] = []
+
+    def tell(record: dict) -> None:
+        seen.append(record["index"])
+        if len(seen) == 10:
+            asked.set()  # as a notebook's "stop" button would, from anywhere
+
+    before = signal.getsignal(signal.SIGINT)
+    worker = threading.Thread(target=lambda: results.append(api.run(
+        sim_doc(trial_ms=30), out=tmp_path / "run", on_trial=tell, stop=asked, quiet=True)))
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive()
+    (stopped,) = results
+    assert (stopped.state, stopped.exit_code) == ("interrupted", 0)
+    assert 10 <= stopped.done < 60
+    assert signal.getsignal(signal.SIGINT) is before  # no handler from another thread
+    assert api.resume(tmp_path / "run", quiet=True).state == "complete"
+    assert sorted(journal_order(tmp_path / "run")) == list(range(60))
