@@ -369,18 +369,12 @@ def local_devices(backend: str) -> list[str] | None:
         return ["cpu-interpreter"]
     if backend not in ("auto", "cuda") or "CUDA_VISIBLE_DEVICES" in os.environ:
         return None
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        # No NVIDIA device at all: Ray finds no GPU either, and auto interprets.
-        no_gpu = not any(Path("/dev").glob("nvidia[0-9]*"))
-        return ["cpu-interpreter"] if no_gpu and backend == "auto" else None
-    try:
-        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    names = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
-    return names if done.returncode == 0 and names else None
+    names = _smi_names()
+    if names is not None:
+        return names
+    # No NVIDIA device at all: Ray finds no GPU either, and auto interprets.
+    no_gpu = shutil.which("nvidia-smi") is None and not any(Path("/dev").glob("nvidia[0-9]*"))
+    return ["cpu-interpreter"] if no_gpu and backend == "auto" else None
 
 
 def _identity() -> tuple[str, dict[str, str]]:
@@ -390,20 +384,30 @@ def _identity() -> tuple[str, dict[str, str]]:
 
 
 def _device_name() -> str:
-    """nvidia-smi answers in milliseconds where torch takes seconds to import and start
-    CUDA (3 s on an H200 box); both read the name from the driver ("NVIDIA H200" from
-    either there). A node whose GPUs differ asks torch about the one Ray gave the task."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=10)
-            names = {line.strip() for line in done.stdout.splitlines() if line.strip()}
-            if done.returncode == 0 and len(names) == 1:
-                return names.pop()
+    """A node whose GPUs differ asks torch about the one Ray gave the task."""
+    names = _smi_names()
+    if names is not None and len(names) == 1:
+        return names[0]
     import torch
 
     return str(torch.cuda.get_device_name(0))
+
+
+def _smi_names() -> list[str] | None:
+    """This machine's GPU names, once each, as nvidia-smi gives them; None where it is
+    absent or fails. It answers in milliseconds where torch takes seconds to import and
+    start CUDA (3 s on an H200 box); both read the name from the driver ("NVIDIA H200"
+    from either there)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
+    return names if done.returncode == 0 and names else None
 
 
 def labelled_types() -> set[str]:
