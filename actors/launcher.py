@@ -20,7 +20,7 @@ from typing import Any
 
 from actors import child
 from actors.compile_pool import Compiled
-from actors.timing import Timing
+from actors.timing import Retimed
 from storage.records import TrialOutcome, clip_error
 
 
@@ -183,7 +183,7 @@ class Launcher:
         return TrialOutcome("crashed", "skipped", error=clip_error(
             f"the process launching kernels died on this config twice ({', '.join(deaths)})"))
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         kind, value = self._call("retime", [dict(c) for c in configs], rounds)
         if kind != "ok":
             raise RuntimeError(f"re-timing failed: {value}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.compile_pool import Compiled, CompileLimit
-from actors.timing import Timing
+from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
 
 # The columns of a trial table (storage/records.py) that replay reads.
@@ -99,14 +99,15 @@ class ReplayBackend:
                             latency_p80_ms=row.latency_p80_ms, error=row.error,
                             compile_ms=compile_ms)
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
-        """A replayed config's latency is the recorded one: re-timing gives it back."""
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
+        """A replayed config's latency is the recorded one: re-timing gives it back. The
+        recording holds no torch baseline."""
         out = []
         for c in configs:
             row = self.table[canonical_json(dict(c))]
             ms = row.latency_ms or float("nan")
             out.append(Timing(ms, row.latency_p20_ms or ms, row.latency_p80_ms or ms))
-        return out
+        return Retimed(out)
 
 
 # What compiling a config found in Triton's on-disk cache costs (load and check it): on an

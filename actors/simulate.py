@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.timing import Timing
+from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
 
 
@@ -63,7 +63,8 @@ class SimulatedBackend:
         return TrialOutcome("ok", "skipped", latency_ms=latency,
                             latency_p20_ms=latency * 0.98, latency_p80_ms=latency * 1.02)
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
-        """Simulated latencies carry no noise: re-timing gives them back unchanged."""
-        return [Timing(self.latency_ms(c), self.latency_ms(c), self.latency_ms(c))
-                for c in configs]
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
+        """Simulated latencies carry no noise: re-timing gives them back unchanged. There
+        is no torch baseline to time."""
+        return Retimed([Timing(self.latency_ms(c), self.latency_ms(c), self.latency_ms(c))
+                        for c in configs])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.compile_pool import Compiled
-from actors.timing import Timing, summarise, time_cuda, time_wall
+from actors.timing import Retimed, Timing, summarise, time_cuda, time_wall
 from storage.records import Status, TrialOutcome, Validation, clip_error
 from sweep_kernels import Kernel
 
@@ -81,9 +81,9 @@ class TritonBackend:
         self.device_name = ("cpu-interpreter" if interpret
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
         # Fixed inputs for re-timing finalists side by side; trials draw fresh ones.
-        inputs = kernel.make_inputs(problem, self.device, seed)
-        self.args, self.out = kernel.launch_args(inputs, problem)
-        self._warm_up(inputs)
+        self.inputs = kernel.make_inputs(problem, self.device, seed)
+        self.args, self.out = kernel.launch_args(self.inputs, problem)
+        self._warm_up(self.inputs)
 
     def _warm_up(self, inputs: tuple[Any, ...]) -> None:
         """Pay the one-time costs now, while the compile pool starts, not in the first
@@ -172,15 +172,40 @@ class TritonBackend:
     def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float) -> Timing:
         return (time_wall if self.interpret else time_cuda)(launch, warmup_ms, rep_ms)
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         """Time the finalists interleaved (A B C A B C ...) on the same inputs, so clock
-        drift and heat fall on all of them alike; each gets the median over rounds."""
+        drift and heat fall on all of them alike; each gets the median over rounds. The
+        kernel's torch baseline (its reference where it has none) takes its turn in the
+        same rotation, on the same inputs: what the winner is compared with. One that
+        fails is left out (the finalists' timings stand)."""
         launches = [self._launcher(c) for c in configs]
         samples: list[list[float]] = [[] for _ in configs]
+        torch_fn = self.kernel.baseline or self.kernel.reference
+        baseline: list[float] | None = []
+
+        def run_baseline() -> None:
+            torch_fn(self.inputs, self.problem)
+
+        try:  # its first call's one-time costs (a library's set-up) are not its speed
+            run_baseline()
+        except Exception as e:
+            if not self.interpret and _is_sticky_cuda_error(e):
+                raise
+            baseline = None
+
         for _ in range(rounds):
             for launch, got in zip(launches, samples):
                 got.append(self._time(launch, *self.finalist_timing).median_ms)
-        return [summarise(s) for s in samples]
+            if baseline is not None:
+                try:
+                    baseline.append(self._time(run_baseline, *self.finalist_timing).median_ms)
+                except Exception as e:
+                    if not self.interpret and _is_sticky_cuda_error(e):
+                        raise
+                    baseline = None
+        return Retimed([summarise(s) for s in samples],
+                       summarise(baseline) if baseline else None,
+                       "baseline" if self.kernel.baseline else "reference")
 
     def _keywords(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """What the kernel and its grid get: the fixed values and the config."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.compile_pool import Compiled, CompileLimit, Compiler, compile_weight
-from actors.timing import Timing
+from actors.timing import Retimed
 from storage.lines import encode
 from storage.records import TrialOutcome, TrialRecord
 
@@ -84,7 +84,7 @@ class Backend(Protocol):
     def run_trial(self, config: Mapping[str, Any], seed: int,
                   compiled: Compiled | None = None) -> TrialOutcome: ...
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]: ...
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed: ...
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ class TrialWorker:
             sent = time.monotonic()
             yield chunk.messages()
 
-    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> list[Timing]:
+    def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         with self._device:
             return self.backend.retime(configs, rounds)
 

@@ -49,6 +49,13 @@ class Snapshot:
     timeline: dict[str, float] = field(default_factory=dict)
     # The best on each device type the run's records name (one entry on a cluster of one).
     by_device: dict[str, Best] = field(default_factory=dict)
+    # torch doing the kernel's job, timed among the finalists on each device type
+    # (latency_ms, latency_p20_ms, latency_p80_ms, and "of": the kernel's "baseline", or its
+    # validation "reference" where it has no baseline): where the backend runs kernels.
+    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [start, last write] of every session that ran this run, this one last: a report
+    # tells a worker's idle time within a session from the time between two.
+    sessions: list[list[float]] = field(default_factory=list)
 
 
 def _checksum(body: dict[str, Any]) -> str:
@@ -85,23 +92,26 @@ def read_best(path: Path, fingerprint: str) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    # Files written before `by_device` existed are intact too.
+    # Files written before the newer keys existed are intact too.
     if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint or \
-            set(doc) not in (set(BEST_KEYS), set(BEST_KEYS) - {"by_device"}):
+            not set(BEST_KEYS) - set(NEWER_BEST_KEYS) <= set(doc) <= set(BEST_KEYS):
         return None
     return doc
 
 
 BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists",
-             "by_device")
+             "by_device", "baseline")
+NEWER_BEST_KEYS = ("by_device", "baseline")
 
 
 def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool,
                finalists: list[dict[str, Any]] | None = None,
-               by_device: dict[str, Best] | None = None) -> None:
+               by_device: dict[str, Best] | None = None,
+               baseline: dict[str, dict[str, Any]] | None = None) -> None:
     """finalists: the fastest few re-timed side by side, which chose `best` (may be empty;
     each names the device type it was re-timed on). by_device: the best of each device
-    type; `best` is the fastest of them."""
+    type; `best` is the fastest of them. baseline: torch doing the same job, timed among
+    the finalists, by device type (see Snapshot.baseline)."""
     doc = {
         "config": best.config if best else None,
         "index": best.index if best else None,
@@ -112,5 +122,6 @@ def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool
         "finalists": finalists or [],
         "by_device": {d: {"config": b.config, "index": b.index, "latency_ms": b.latency_ms}
                       for d, b in sorted((by_device or {}).items())},
+        "baseline": dict(sorted((baseline or {}).items())),
     }
     write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())

@@ -22,6 +22,8 @@ from sweep import EXIT_BAD_INPUT
 from sweep.report import say
 from sweep.stop import StopController
 
+_DEFAULT = Path()  # --html given without a path
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").splitlines()[0])
@@ -47,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise a run directory")
     report.add_argument("dir", type=Path)
     report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
+    report.add_argument("--json", action="store_true",
+                        help="the report as one JSON document, for scripts")
+    report.add_argument("--html", type=Path, nargs="?", const=_DEFAULT, metavar="PATH",
+                        help="also write a self-contained HTML report (default: DIR/report.html)")
+    report.add_argument("--plot", type=Path, metavar="DIR",
+                        help="also write the report's plots as PNG files into DIR")
     from sweep.submit import add_arguments
 
     add_arguments(sub.add_parser("submit", help="run a sweep on a Ray cluster as a Ray Job"))
@@ -98,7 +106,9 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
         if args.command == "report":
             from sweep.report import report
 
-            return report(args.dir, args.top, out)
+            html = args.dir / "report.html" if args.html is _DEFAULT else args.html
+            return report(args.dir, args.top, out, as_json=args.json, html=html,
+                          plot=args.plot)
         if args.command == "best":
             from sweep.best import show_best
 

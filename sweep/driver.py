@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from actors.timing import Timing
+from actors.timing import Retimed
 from storage.records import TrialOutcome, TrialRecord
 from sweep.runtime import (
     BatchBegan,
@@ -357,10 +357,10 @@ class Driver:
         return max(min(deadlines) - now, 0.0)
 
     def retime(self, configs: list[dict[str, Any]], rounds: int,
-               device: str | None = None) -> list[Timing]:
+               device: str | None = None) -> Retimed:
         """Re-time finalists interleaved on one worker, so they share one device's
-        conditions: one of the given device type, if any. Call after a complete run,
-        before close()."""
+        conditions: one of the given device type, if any; with them the kernel's torch
+        baseline, where the backend runs one. Call after a complete run, before close()."""
         slot = self._worker_on(device)
         # Each round times every finalist once: about one trial's worth of work.
         return self.runtime.retime(slot.name, configs, rounds,

@@ -20,7 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from actors.compile_pool import CompileLimit
-from actors.timing import Timing
+from actors.timing import Retimed
 from actors.worker import (
     Batch,
     BatchStarted,
@@ -243,7 +243,7 @@ class RayRuntime:
                 ray.kill(actor.handle, no_restart=True)
 
     def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
-               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
+               timeout_s: float, should_stop: Callable[[], bool]) -> Retimed:
         ref = self._actors[worker].handle.retime.remote(list(configs), rounds)
         deadline = time.monotonic() + timeout_s
         while not ray.wait([ref], timeout=0.25)[0]:

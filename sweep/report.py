@@ -18,6 +18,8 @@ from sweep.tally import Tally
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from sweep.analysis import Analysis, Baseline, Ranked
+
 # Numbers in an error's text (a max error, a size) would split one cause into many groups.
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
@@ -27,34 +29,142 @@ def say(console: Console, text: str) -> None:
     console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
-def report(path: Path, top: int, out: Console) -> int:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+def report(path: Path, top: int, out: Console, *, as_json: bool = False,
+           html: Path | None = None, plot: Path | None = None) -> int:
+    """`sweep report DIR`: the text report (or its JSON), and the HTML report and PNGs
+    where asked. Every figure comes from sweep.analysis."""
+    from sweep.analysis import analyse
 
-    from sweep.rundir import RunDir
-    from sweep.spec import SpecError
+    analysis = analyse(path)
+    # The files first: a reader that closes stdout early (`| head`) must not lose them.
+    written = []
+    if html is not None:
+        from sweep.report_html import write_html
 
-    run = RunDir(path)
-    if not run.trials.exists():
-        raise SpecError(f"{path}: no trials.parquet (resume the run to rebuild it)")
-    try:
-        table = pq.read_table(run.trials)
-        meta = table.schema.metadata or {}
-        state = meta.get(b"state", b"?").decode(errors="replace")
-        counts = {d["values"]: d["counts"]
-                  for d in pc.value_counts(table["status"]).to_pylist()}
-        ok = table.filter(pc.equal(table["status"], "ok")).sort_by("latency_ms")
-    except (OSError, KeyError, ValueError, TypeError, pa.ArrowException) as e:
-        raise SpecError(f"{run.trials}: unreadable ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
-                        f"resume the run to rebuild it") from None
-    say(out, f"{path}: {state}, {table.num_rows} trials · "
-             + " · ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    for row in ok.slice(0, top).to_pylist():
-        say(out, f"  #{row['index']:<6} {row['latency_ms']:.4g} ms "
-                 f"[{row['latency_p20_ms']:.4g}, {row['latency_p80_ms']:.4g}]  {row['config']}")
+        write_html(analysis, html)
+        written.append(f"html report: {html}")
+    if plot is not None:
+        from sweep.report_plots import write_plots
+
+        written += [f"plot: {p}" for p in write_plots(analysis, plot)]
+    if as_json:
+        say(out, json.dumps(analysis.summary(top), indent=2, default=str))
+    else:
+        for line in text_report(analysis, top):
+            say(out, line)
+    # With --json, where the files went goes to stderr: stdout stays one JSON document.
+    tell = Console(stderr=True) if as_json else out
+    for line in written:
+        say(tell, line)
     return EXIT_OK
+
+
+def text_report(a: Analysis, top: int) -> list[str]:
+    lines = [f"{a.path}: {a.state} · {a.name} ({a.kernel} on {', '.join(a.devices) or '?'})"
+             f" · {a.done} of {a.total} trials · "
+             + (" · ".join(f"{k} {v}" for k, v in a.counts.items()) or "none")]
+    winner = next((r for r in a.ranked if r.winner), None)
+    if winner is not None:
+        partial = " (partial: not a complete run's settled pick)" if a.partial else ""
+        lines.append(f"winner: #{winner.index} {json.dumps(winner.config, sort_keys=True)} "
+                     f"{_latency(winner)}{_throughput(winner)}{partial}")
+    elif a.ranked:
+        lines.append("winner: none recorded yet")
+    else:
+        lines.append("winner: none (no trial succeeded)")
+    for b in a.baseline:
+        lines.append(f"{baseline_name(b)} on {b.device}: {b.latency_ms:.4g} ms "
+                     f"[{b.latency_p20_ms:.4g}–{b.latency_p80_ms:.4g}]; the best config "
+                     f"{speedup_text(b.speedup)}{baseline_note(b)}")
+    if a.ranked:
+        lines.append(f"top {min(top, len(a.ranked))} of {len(a.ranked)} that worked "
+                     "(★ the winner; finalists by their side-by-side re-timing, then the "
+                     "rest by the sweep's one pass):")
+        lines.append(f"  {'rank':>6} {'index':>6}  {'re-timed ms [p20–p80]':<26} "
+                     f"{'one pass ms [p20–p80]':<26} {_rate_header(a):<8} config")
+        for r in a.top(top):
+            retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
+                if r.retimed_ms is not None else "—"
+            rank = f"{'★ ' if r.winner else ''}{r.rank}"
+            lines.append(f"  {rank:>6} {'#' + str(r.index):>6}  {retimed:<26} "
+                         f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms):<26} "
+                         f"{_rate_value(r):<8} {json.dumps(r.config, sort_keys=True)}")
+    failed = sum(g.count for g in a.errors)
+    if a.errors:
+        lines.append(f"failures ({failed}, grouped by cause, one example each):")
+        lines += [f"  {g.status} ×{g.count}  e.g. #{g.index}: {g.example}" for g in a.errors]
+    varied = [e for e in a.effects if len(e.values) > 1]
+    if varied:
+        lines.append("parameters (per value: trials that worked of those run · median / "
+                     "best ms of the one pass):")
+        width = max(len(e.parameter) for e in varied)
+        for e in varied:
+            cells = [f"{json.dumps(v.value)}: {v.ok}/{v.trials}"
+                     + (f" · {v.median_ms:.4g} / {v.best_ms:.4g}"
+                        if v.median_ms is not None and v.best_ms is not None else "")
+                     for v in e.values]
+            lines.append(f"  {e.parameter:<{width}}  " + "   ".join(cells))
+    if a.workers:
+        lines.append("workers (busy: share of the time from a worker's first trial to its "
+                     "last spent running trials; the rest it waited for compiles or work):")
+        lines += [f"  {w.worker} on {w.device}: {w.trials} trials, busy {w.busy_fraction:.0%}, "
+                  f"waited {w.waiting_s:.1f} s"
+                  + (f"; first trial {w.starting_s:.1f} s after its session began"
+                     if w.starting_s is not None else "") for w in a.workers]
+    return lines
+
+
+def _spread(median: float | None, p20: float | None, p80: float | None) -> str:
+    if median is None:
+        return "—"
+    return f"{median:.4g} [{p20:.4g}–{p80:.4g}]"
+
+
+def _latency(r: Ranked) -> str:
+    if r.retimed_ms is not None:
+        return (f"{_spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms)} ms re-timed "
+                f"side by side (one pass: {r.latency_ms:.4g} ms) on {r.device}")
+    return f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms)} ms on {r.device}"
+
+
+def _throughput(r: Ranked) -> str:
+    parts = ([f"{r.tflops:.4g} TFLOP/s"] if r.tflops is not None else []) + \
+        ([f"{r.gbps:.4g} GB/s"] if r.gbps is not None else [])
+    return " · " + " · ".join(parts) if parts else ""
+
+
+def _rate_header(a: Analysis) -> str:
+    return "TFLOP/s" if "flops" in a.work else "GB/s" if "bytes_moved" in a.work else ""
+
+
+def _rate_value(r: Ranked) -> str:
+    value = r.tflops if r.tflops is not None else r.gbps
+    return f"{value:.4g}" if value is not None else ""
+
+
+def speedup_text(speedup: float) -> str:
+    """torch's time over the best config's, in words."""
+    if abs(speedup - 1) < 0.005:
+        return "matches it (within 0.5%)"
+    if speedup > 1:
+        return f"is {speedup:.3g}× faster"
+    return f"is {1 / speedup:.3g}× slower"
+
+
+def baseline_name(b: Baseline) -> str:
+    return "torch baseline" if b.of == "baseline" else "torch reference"
+
+
+def baseline_note(b: Baseline) -> str:
+    """What a reader must know before comparing with torch."""
+    notes = []
+    if b.of != "baseline":
+        notes.append("the kernel has no baseline: its validation reference was timed, which "
+                     "may compute at a higher precision")
+    if b.device == "cpu-interpreter":
+        notes.append("Triton interpreted on the CPU against torch compiled: not a speed "
+                     "comparison")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 @dataclass(frozen=True)

@@ -122,11 +122,19 @@ def versions() -> dict[str, str]:
 def snapshot_of(spec: Spec, tally: Tally, state: RunState,
                 first_dispatch_at: float | None = None,
                 finalists: list[dict[str, Any]] | None = None,
-                timeline: dict[str, float] | None = None) -> Snapshot:
+                timeline: dict[str, float] | None = None, *,
+                baseline: dict[str, dict[str, Any]] | None = None,
+                earlier: list[list[float]] | None = None) -> Snapshot:
+    """earlier: the spans of the sessions before this one (see Snapshot.sessions)."""
+    now = time.time()
+    this = [[timeline["session_start"], now]] if timeline and "session_start" in timeline \
+        else []
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=tally.best,
                     first_dispatch_at=first_dispatch_at, finalists=finalists or [],
-                    timeline=dict(timeline or {}), by_device=dict(tally.by_device))
+                    timeline=dict(timeline or {}), by_device=dict(tally.by_device),
+                    baseline=dict(baseline or {}), sessions=[*(earlier or []), *this],
+                    written_at=now)
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -202,13 +210,16 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
 def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
              finalists: list[dict[str, Any]] | None = None,
              first_dispatch_at: float | None = None,
-             timeline: dict[str, float] | None = None) -> None:
+             timeline: dict[str, float] | None = None, *,
+             baseline: dict[str, dict[str, Any]] | None = None,
+             earlier: list[list[float]] | None = None) -> None:
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
     write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
-               finalists=finalists or [], by_device=tally.by_device)
+               finalists=finalists or [], by_device=tally.by_device, baseline=baseline)
     write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at,
-                                             finalists, timeline))
+                                             finalists, timeline, baseline=baseline,
+                                             earlier=earlier))
 
 
 class RunLog:
@@ -287,4 +298,5 @@ class TableCheckpoint:
 
 
 def spec_json(spec: Spec) -> dict[str, Any]:
-    return {"name": spec.name, **spec.identity(), "run": asdict(spec.run)}
+    return {"name": spec.name, **spec.identity(), "run": asdict(spec.run),
+            **({"work": dict(spec.work)} if spec.work else {})}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.compile_pool import CompileLimit
-from actors.timing import Timing
+from actors.timing import Retimed
 from storage.records import TrialRecord
 
 Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
@@ -136,7 +136,7 @@ class Runtime(Protocol):
         """Stop the worker now; no event of it is reported afterwards."""
 
     def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
-               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
+               timeout_s: float, should_stop: Callable[[], bool]) -> Retimed:
         """Re-time configs side by side on one up worker; waits for the answer, raising
         RetimeAbandoned past timeout_s or once should_stop() says so."""
 

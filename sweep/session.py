@@ -118,6 +118,7 @@ class Session:
     lock: RunDirLock
     meta: dict[str, Any] | None  # the run's run.json when resuming
     snapshot_says_complete: bool = False
+    earlier: list[list[float]] = field(default_factory=list)  # see Snapshot.sessions
     created: list[Path] = field(default_factory=list)  # directories this session made
     # A new run's spec with its kernel imported: torch and the kernel module take seconds
     # to import, so that happens while Ray starts (see _execute).
@@ -202,13 +203,17 @@ class Session:
         if len(space) != meta["total"]:
             raise SpecError(f"{path}: the space now expands to {len(space)} configs, "
                             f"the run has {meta['total']}")
-        complete = False
+        complete, earlier = False, []
         if run.snapshot.exists():
             try:
-                complete = read_snapshot(run.snapshot).state == "complete"
+                snap = read_snapshot(run.snapshot)
+                complete = snap.state == "complete"
+                # A snapshot from before `sessions` existed knows its last session's start.
+                start = snap.timeline.get("session_start")
+                earlier = snap.sessions or ([[start, snap.written_at]] if start else [])
             except SnapshotError as e:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
-        return cls(spec, space, path, lock, meta, complete)
+        return cls(spec, space, path, lock, meta, complete, earlier)
 
     def execute(self, request: Request, stop: StopController, out: Console, err: Console,
                 started: float | None = None) -> int:
@@ -350,7 +355,8 @@ class Session:
             rebuilt.append("trials.parquet")
         if read_best(run.best, self.spec.fingerprint) is None:
             write_best(run.best, snap.best, fingerprint=self.spec.fingerprint, partial=False,
-                       finalists=snap.finalists, by_device=snap.by_device)
+                       finalists=snap.finalists, by_device=snap.by_device,
+                       baseline=snap.baseline)
             rebuilt.append("best.json")
         return "rebuilt " + " and ".join(rebuilt) if rebuilt else "nothing to do"
 
@@ -487,7 +493,8 @@ class Session:
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
         def snapshot() -> None:
-            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
+            write_snapshot(run.snapshot, rundir.snapshot_of(
+                spec, tally, "running", timeline=self.timeline, earlier=self.earlier))
             checkpoint.maybe_start()
 
         budget = request.time_budget_s
@@ -498,6 +505,7 @@ class Session:
 
         state = "failed"
         finalists: list[dict[str, Any]] = []
+        baseline: dict[str, dict[str, Any]] = {}
         driver = None
         # A stop before or while the finalists were re-timed leaves a best picked by one
         # noisy pass: not one to cache as final.
@@ -505,7 +513,8 @@ class Session:
         in_flight = True  # an exception is on its way out of the try below
         lost: ClusterLost | None = None
         try:
-            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running"))
+            write_snapshot(run.snapshot, rundir.snapshot_of(
+                spec, tally, "running", timeline=self.timeline, earlier=self.earlier))
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, err) as progress:
                 runtime = RayRuntime(settings, placement, limits.max_batches,
@@ -521,8 +530,8 @@ class Session:
                     ending = driver.run()
                     self.timeline.update(driver.timeline, trials_done=time.time())
                     if ending == "complete" and not should_stop():
-                        finalists, unsettled = self._retime_finalists(driver, tally, progress,
-                                                                      should_stop)
+                        finalists, baseline, unsettled = self._retime_finalists(
+                            driver, tally, progress, should_stop)
                         self.timeline["finalists_done"] = time.time()
                     elif ending == "complete":  # stopped just as the last trial ended
                         unsettled = any(len(tally.leaders(spec.run.finalists, d)) >= 2
@@ -547,7 +556,8 @@ class Session:
             first = driver.first_dispatch_at if driver else None
             try:
                 rundir.finalize(run, spec, self.space, tally, state,  # type: ignore[arg-type]
-                                finalists, first, self.timeline)
+                                finalists, first, self.timeline, baseline=baseline,
+                                earlier=self.earlier)
             except OSError as e:
                 if not storage_error(e, self.path) or not in_flight:
                     raise  # alone, a full disk is one line and exit 1 (see execute)
@@ -586,13 +596,15 @@ class Session:
 
     def _retime_finalists(self, driver: Driver, tally: Tally, progress: ProgressReporter,
                           should_stop: Callable[[], bool]
-                          ) -> tuple[list[dict[str, Any]], bool]:
+                          ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], bool]:
         """One pass picks winners by noise as much as by speed: re-time the fastest few
         side by side and let that decide the best: on each device type the records name,
-        on a device of that type. Updates tally's bests. Returns the finalists, and whether
-        a stop cut the re-timing short."""
+        on a device of that type. Updates tally's bests. Returns the finalists, the torch
+        baseline's timing on each device type where measured, and whether a stop cut the
+        re-timing short."""
         cut = False
         finalists: list[dict[str, Any]] = []
+        baseline: dict[str, dict[str, Any]] = {}
         winners: dict[str, Best] = {}
         for device in tally.devices:
             leaders = tally.leaders(self.spec.run.finalists, device)
@@ -601,7 +613,7 @@ class Session:
             on = f" on {device}" if len(tally.devices) > 1 else ""
             progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
             try:
-                timings = driver.retime([b.config for b in leaders],
+                retimed = driver.retime([b.config for b in leaders],
                                         self.spec.run.finalist_rounds, device)
             except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
                 progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
@@ -612,13 +624,17 @@ class Session:
                 {"index": b.index, "config": b.config, "device": device,
                  "sweep_latency_ms": b.latency_ms, "latency_ms": t.median_ms,
                  "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
-                for b, t in zip(leaders, timings)]
-            leader, timing = min(zip(leaders, timings),
+                for b, t in zip(leaders, retimed.finalists)]
+            if retimed.baseline is not None:
+                b = retimed.baseline
+                baseline[device] = {"latency_ms": b.median_ms, "latency_p20_ms": b.p20_ms,
+                                    "latency_p80_ms": b.p80_ms, "of": retimed.baseline_of}
+            leader, timing = min(zip(leaders, retimed.finalists),
                                  key=lambda p: (p[1].median_ms, p[0].index))
             winners[device] = Best(leader.index, leader.config, timing.median_ms, device)
         if winners:
             tally.set_best(winners)
-        return finalists, cut
+        return finalists, baseline, cut
 
 
 def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:

@@ -145,6 +145,9 @@ class Spec:
     overridden: bool = field(default=False, compare=False)
     replay: ReplayOptions = ReplayOptions()
     replay_source: str = ""  # SHA-256 of the replayed table's bytes
+    # The kernel's work per launch for this problem, where it says (flops, bytes_moved):
+    # recorded with the run for TFLOP/s and GB/s in reports. Known once it is imported.
+    work: Mapping[str, float] = field(default_factory=dict)
     # Keyword arguments of the kernel that are not tuned: passed on every launch and
     # compile, never part of a config. With the kernel record's defaults merged in.
     fixed: Mapping[str, Any] = field(default_factory=dict)
@@ -498,7 +501,7 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     written_table = replay.table
     if run.backend == "replay":
         replay, replay_source = _read_replay(r, replay)
-    kernel_source = ""
+    kernel_source, work = "", {}
     if run.backend not in KERNEL_FREE and import_kernel:
         try:
             kernel = load_kernel(kernel_name)
@@ -508,13 +511,29 @@ def load_spec(path: str | Path, *, backend: str | None = None,
         fixed = _check_fixed(r, kernel, fixed, space)
         _check_parameters(r, kernel, space, fixed)
         kernel_source = source_digest(kernel_name, kernel)
+        work = _work(kernel, problem)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
                 kernel_source=kernel_source, fixed=fixed, fixed_as_written=fixed_as_written,
                 # A relative table path would not survive the copy into the run directory.
                 overridden=backend is not None or replay.table != written_table,
-                replay=replay, replay_source=replay_source)
+                replay=replay, replay_source=replay_source, work=work)
+
+
+def _work(kernel: Kernel, problem: Mapping[str, Any]) -> dict[str, float]:
+    """What the kernel says it does per launch. A function that fails or answers nonsense
+    costs the report its throughput figures, never the run."""
+    out = {}
+    for key in ("flops", "bytes_moved"):
+        fn = getattr(kernel, key)
+        try:
+            value = float(fn(problem)) if fn is not None else None
+        except Exception:
+            value = None
+        if value is not None and math.isfinite(value) and value > 0:
+            out[key] = value
+    return out
 
 
 def _read_replay(r: _Reader, options: ReplayOptions) -> tuple[ReplayOptions, str]:

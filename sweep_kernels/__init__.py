@@ -44,6 +44,10 @@ class Kernel:
         or a tuple (or list) of tensors, each validated against its reference.
     grid(problem, config): the launch grid; config holds the fixed values too.
     flops / bytes_moved(problem): work per launch, for TFLOP/s and GB/s in reports.
+    baseline(inputs, problem): torch's own fastest way to the same output at the kernel's
+        precision (`a @ b`, not the reference's float32 product): the speed to beat,
+        timed beside the finalists on the same device and inputs. Without it the
+        reference is timed, and reports say so.
     fixed: keyword arguments of fn that are not tuned (a mode flag, an epsilon) with
         their values, JSON scalars; a spec's `fixed:` overrides them, and a parameter the
         spec tunes drops its entry here. Not part of any config.
@@ -58,6 +62,7 @@ class Kernel:
     grid: Callable[[Problem, Config], tuple[int, ...]]
     flops: Callable[[Problem], float] | None = None
     bytes_moved: Callable[[Problem], float] | None = None
+    baseline: Callable[[tuple[Any, ...], Problem], Any] | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
 
 

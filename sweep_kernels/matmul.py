@@ -65,6 +65,11 @@ def reference(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tenso
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
+def baseline(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tensor:
+    a, b = inputs
+    return a @ b  # cuBLAS at the inputs' precision: what the kernel would replace
+
+
 def launch_args(inputs: tuple[torch.Tensor, ...], problem: Problem):
     a, b = inputs
     c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
@@ -84,6 +89,7 @@ KERNEL = Kernel(
     problem_defaults={"M": 1024, "N": 1024, "K": 1024, "dtype": "float16"},
     make_inputs=make_inputs,
     reference=reference,
+    baseline=baseline,
     launch_args=launch_args,
     grid=grid,
     flops=lambda p: 2.0 * p["M"] * p["N"] * p["K"],

@@ -53,6 +53,10 @@ def reference(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tenso
     return torch.softmax(inputs[0].float(), dim=-1)
 
 
+def baseline(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tensor:
+    return torch.softmax(inputs[0], dim=-1)  # at the input's precision, as the kernel
+
+
 def launch_args(inputs: tuple[torch.Tensor, ...], problem: Problem):
     (x,) = inputs
     y = torch.empty_like(x)
@@ -69,6 +73,7 @@ KERNEL = Kernel(
     problem_defaults={"rows": 4096, "cols": 4096, "dtype": "float16"},
     make_inputs=make_inputs,
     reference=reference,
+    baseline=baseline,
     launch_args=launch_args,
     grid=grid,
     bytes_moved=lambda p: 2.0 * p["rows"] * p["cols"]

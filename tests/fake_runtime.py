@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.compile_pool import CompileLimit
-from actors.timing import Timing
+from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
 from sweep.runtime import (
     BatchBegan,
@@ -185,9 +185,9 @@ class FakeRuntime:
         heapq.heapify(self._events)
 
     def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
-               timeout_s: float, should_stop: Callable[[], bool]) -> list[Timing]:
+               timeout_s: float, should_stop: Callable[[], bool]) -> Retimed:
         self.retimed.append((worker, list(configs), rounds))
-        return [Timing(0.5, 0.4, 0.6) for _ in configs]
+        return Retimed([Timing(0.5, 0.4, 0.6) for _ in configs])
 
     def monotonic(self) -> float:
         return self.now

@@ -269,7 +269,7 @@ def test_retiming_after_a_resume_with_nothing_left_starts_one_worker():
     driver, _, _ = make(3, rt, todo=[])
     assert driver.run() == "complete"
     timings = driver.retime([{"A": 0}, {"A": 1}], rounds=3)
-    assert len(timings) == 2 and rt.started == ["w1"]
+    assert len(timings.finalists) == 2 and rt.started == ["w1"]
     driver.close()
     assert rt.killed == ["w1"]
 

@@ -92,5 +92,10 @@ def test_report_summarises_a_finished_run(ray_local, tmp_path, capsys):
     capsys.readouterr()
     assert sweep_cli("report", tmp_path / "run", "--top", "2") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{tmp_path / 'run'}: complete, 40 trials")
-    assert len(out) == 3 and out[1].lstrip().startswith("#")
+    assert out[0].startswith(f"{tmp_path / 'run'}: complete · sim (matmul on simulated) · "
+                             "40 of 40 trials · ok 40")
+    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    assert out[1].startswith(f"winner: #{best['index']} ")
+    header = next(i for i, line in enumerate(out) if line.startswith("top 2 of 40"))
+    ranks = [line.split()[:3] for line in out[header + 2:header + 4]]
+    assert ranks[0] == ["★", "1", f"#{best['index']}"] and ranks[1][0] == "2"

@@ -74,6 +74,9 @@ def test_a_complete_gpu_run_answers_the_next_run_and_the_launch_code(tmp_path):
     assert first.returncode == 0, first.stderr
     best = json.loads((tmp_path / "a" / "best.json").read_text())
     assert "NVIDIA" in best["device"]  # backend auto found the GPU
+    # torch's matmul (cuBLAS) was timed on the same GPU, among the finalists
+    torch = best["baseline"][best["device"]]
+    assert torch["of"] == "baseline" and 0 < torch["latency_p20_ms"] <= torch["latency_ms"]
     # The same sweep again: a task on the GPU names it, and the cache answers.
     again = sweep_proc("run", spec, "--out", tmp_path / "b", timeout=600)
     assert again.returncode == 0, again.stderr

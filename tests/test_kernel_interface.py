@@ -243,8 +243,12 @@ def test_fixed_values_reach_every_launch_and_the_grid(launchers):
     outcome = right.run_trial({"BLOCK_N": 64}, seed=1)
     assert (outcome.status, outcome.validation) == ("ok", "passed"), outcome
     # Re-timing the finalists launches with them too (HAS_BIAS has no default).
-    (timing,) = right.retime([{"BLOCK_N": 64}], rounds=1)
+    retimed = right.retime([{"BLOCK_N": 64}], rounds=1)
+    (timing,) = retimed.finalists
     assert timing.median_ms > 0
+    # A kernel with no torch baseline has its validation reference timed beside, so named.
+    assert retimed.baseline is not None and retimed.baseline.median_ms > 0
+    assert retimed.baseline_of == "reference"
 
 
 def test_a_wrong_fixed_value_reaches_the_kernel_and_fails_validation(launchers):

@@ -1,0 +1,383 @@
+"""What a run directory says, computed once for every view of it: the text report and its
+JSON (report.py), the HTML report (report_html.py) and the PNGs (report_plots.py) all
+render these records and compute no figure of their own.
+
+Reads only what a run writes for readers (trials.parquet, best.json, snapshot.json), never
+the lock: a run that is still going is read from its checkpointed table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep.report import ErrorGroup, common_errors
+
+# A trial's columns that the HTML report's table and timeline carry (besides parameters).
+TRIAL_COLUMNS = ("index", "status", "latency_ms", "latency_p20_ms", "latency_p80_ms",
+                 "validation", "error", "compile_ms", "device", "node", "worker", "attempt")
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A trial that worked, in the order a reader should take them: the finalists by their
+    side-by-side re-timing (which chose the winner), then the rest by the sweep's one pass.
+    Every finalist was faster in that pass than every other trial of its device type."""
+
+    rank: int  # 1 = the winner, where best.json agrees
+    index: int
+    config: dict[str, Any]
+    device: str
+    latency_ms: float  # the sweep's one pass (the screen, where the spec screens)
+    latency_p20_ms: float
+    latency_p80_ms: float
+    retimed_ms: float | None  # the finalists' re-timing; None for the rest
+    retimed_p20_ms: float | None
+    retimed_p80_ms: float | None
+    tflops: float | None  # from the re-timed latency where there is one
+    gbps: float | None
+    winner: bool
+
+    @property
+    def best_ms(self) -> float:
+        return self.retimed_ms if self.retimed_ms is not None else self.latency_ms
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """torch doing the kernel's job, timed among the finalists on one device type."""
+
+    device: str
+    of: str  # the kernel's "baseline", or its validation "reference" (it has no baseline)
+    latency_ms: float
+    latency_p20_ms: float
+    latency_p80_ms: float
+    best_ms: float  # the device's best config, re-timed in the same rotation
+    speedup: float  # torch / best: above 1, the tuned kernel is faster than torch
+
+
+@dataclass(frozen=True)
+class ValueEffect:
+    value: Any
+    trials: int
+    ok: int
+    median_ms: float | None  # of the ok trials' latencies (one pass each)
+    best_ms: float | None
+
+
+@dataclass(frozen=True)
+class Effect:
+    parameter: str
+    values: list[ValueEffect]
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """The best latency of each pair of values of two parameters; None where none worked."""
+
+    x: str
+    y: str
+    x_values: list[Any]
+    y_values: list[Any]
+    best_ms: list[list[float | None]]  # [y][x]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of one worker's time: a trial, the wait between two of its trials within
+    one session (for compiles, or for work), or its session's start before its first
+    trial (Ray, the workers and the first compiles starting)."""
+
+    worker: str  # "node/worker", with "sN " in front when the run had several sessions
+    start_s: float  # since the run's first session began (its first trial, if unknown)
+    end_s: float
+    kind: str  # a trial's status, "waiting" or "starting"
+    index: int | None  # the trial's
+
+
+@dataclass(frozen=True)
+class WorkerUse:
+    worker: str
+    device: str
+    trials: int
+    busy_s: float  # running trials
+    waiting_s: float  # between its first trial's start and its last's end, not running one
+    busy_fraction: float  # busy / (busy + waiting)
+    starting_s: float | None  # from its session's start to its first trial, where known
+
+
+@dataclass(frozen=True)
+class Analysis:
+    path: str
+    name: str
+    state: str
+    kernel: str
+    backend: str
+    total: int  # configs in the space
+    done: int  # trials recorded
+    counts: dict[str, int]
+    errors: list[ErrorGroup]  # every failure, grouped by cause, commonest first
+    winner: int | None  # best.json's (the snapshot's while a run is going)
+    partial: bool  # the winner is not a complete run's settled pick
+    ranked: list[Ranked]  # every ok trial
+    baseline: list[Baseline]
+    work: dict[str, float]  # flops / bytes_moved per launch, where the kernel says
+    parameters: list[str]
+    effects: list[Effect]
+    heatmaps: list[Heatmap]  # every pair of parameters that take two values or more
+    workers: list[WorkerUse]
+    spans: list[Span]
+    trials: list[dict[str, Any]]  # every trial as the HTML table shows it (see _trials)
+    sessions: int
+    fingerprint: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
+
+    def top(self, k: int) -> list[Ranked]:
+        return self.ranked[:k]
+
+    def summary(self, top: int) -> dict[str, Any]:
+        """The JSON a script reads (`sweep report --json`): everything but the per-trial
+        timeline, and the top `top` of the ranking."""
+        from dataclasses import asdict
+
+        doc = asdict(self)
+        del doc["spans"], doc["trials"]
+        doc["ranked"] = doc["ranked"][:top]
+        doc["top"] = doc.pop("ranked")
+        return doc
+
+
+def analyse(path: Path) -> Analysis:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sweep.rundir import RunDir
+    from sweep.spec import SpecError
+
+    run = RunDir(path)
+    if not run.trials.exists():
+        hint = "it is written every few seconds while a run goes; " if run.meta.exists() \
+            else ""
+        raise SpecError(f"{path}: no trials.parquet yet ({hint}resume the run to build it)")
+    try:
+        table = pq.read_table(run.trials)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        spec = json.loads(meta.get("spec", "{}"))
+        rows = table.to_pylist()
+    except (OSError, ValueError, TypeError, pa.ArrowException) as e:
+        raise SpecError(f"{run.trials}: unreadable ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
+                          f"resume the run to rebuild it") from None
+    fingerprint = meta.get("fingerprint", "")
+    best_doc, snap = _best_and_snapshot(run, fingerprint)
+    # The table's order, which is the spec's (the spec's JSON sorts its keys).
+    parameters = [c for c in table.column_names if c in spec.get("space", {})]
+    ok = [r for r in rows if r["status"] == "ok"]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    work = {k: float(v) for k, v in spec.get("work", {}).items()}
+    ranked = _rank(ok, best_doc, snap, work)
+    sessions = _session_starts(snap)
+    first = min((r["started_at"].timestamp() for r in rows), default=0.0)
+    t0 = sessions[0] if sessions and sessions[0] <= first else first
+    spans, workers = _timeline(rows, sessions, t0)
+    return Analysis(
+        path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
+        kernel=spec.get("kernel", "?"), backend=spec.get("backend", "?"),
+        total=_total(run, snap, len(rows)), done=len(rows), counts=dict(sorted(counts.items())),
+        errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
+        winner=next((r.index for r in ranked if r.winner), None),
+        partial=best_doc["partial"] if best_doc else meta.get("state") != "complete",
+        ranked=ranked, baseline=_baseline(best_doc, snap, ranked), work=work,
+        parameters=parameters, effects=_effects(rows, parameters, spec.get("space", {})),
+        heatmaps=_heatmaps(rows, parameters, spec.get("space", {})), workers=workers,
+        spans=spans, trials=_trials(rows, parameters, ranked, t0),
+        sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
+        versions=json.loads(meta.get("versions", "{}")),
+        devices=json.loads(meta.get("devices", "[]")))
+
+
+def _best_and_snapshot(run: Any, fingerprint: str) -> tuple[dict[str, Any] | None, Any]:
+    from storage.snapshot import Snapshot, SnapshotError, read_best, read_snapshot
+
+    try:
+        snap: Snapshot | None = read_snapshot(run.snapshot)
+    except SnapshotError:
+        snap = None
+    if snap is not None and snap.fingerprint != fingerprint:
+        snap = None
+    return read_best(run.best, fingerprint), snap
+
+
+def _total(run: Any, snap: Any, done: int) -> int:
+    from sweep.rundir import read_meta
+    from sweep.spec import SpecError
+
+    try:
+        return int(read_meta(run)["total"])
+    except SpecError:
+        return snap.total if snap is not None else done
+
+
+def _rank(ok: list[dict[str, Any]], best_doc: dict[str, Any] | None, snap: Any,
+          work: dict[str, float]) -> list[Ranked]:
+    if best_doc is not None:
+        finalists, winner = best_doc["finalists"], best_doc["index"]
+    elif snap is not None:  # a run still going, or one whose best.json is lost
+        finalists, winner = snap.finalists, snap.best.index if snap.best else None
+    else:
+        finalists, winner = [], None
+    retimed = {f["index"]: f for f in finalists}
+
+    def key(r: dict[str, Any]) -> tuple[int, float, int]:
+        f = retimed.get(r["index"])
+        return (0, f["latency_ms"], r["index"]) if f else (1, r["latency_ms"], r["index"])
+
+    out = []
+    for rank, r in enumerate(sorted(ok, key=key), 1):
+        f = retimed.get(r["index"])
+        ms = f["latency_ms"] if f else r["latency_ms"]
+        out.append(Ranked(
+            rank=rank, index=r["index"], config=json.loads(r["config"]), device=r["device"],
+            latency_ms=r["latency_ms"], latency_p20_ms=r["latency_p20_ms"],
+            latency_p80_ms=r["latency_p80_ms"],
+            retimed_ms=f["latency_ms"] if f else None,
+            retimed_p20_ms=f["latency_p20_ms"] if f else None,
+            retimed_p80_ms=f["latency_p80_ms"] if f else None,
+            tflops=_rate(work.get("flops"), ms, 1e12), gbps=_rate(work.get("bytes_moved"), ms, 1e9),
+            winner=r["index"] == winner))
+    return out
+
+
+def _rate(amount: float | None, ms: float, unit: float) -> float | None:
+    return amount / (ms * 1e-3) / unit if amount and ms > 0 else None
+
+
+def _baseline(best_doc: dict[str, Any] | None, snap: Any,
+              ranked: list[Ranked]) -> list[Baseline]:
+    timed = (best_doc or {}).get("baseline") or (snap.baseline if snap else {})
+    out = []
+    for device, t in sorted(timed.items()):
+        on_device = [r for r in ranked if r.device == device]
+        if not on_device:
+            continue
+        best = on_device[0].best_ms  # the ranking's first on the device: its best
+        out.append(Baseline(device, t.get("of", "baseline"), t["latency_ms"],
+                            t["latency_p20_ms"], t["latency_p80_ms"], best,
+                            t["latency_ms"] / best))
+    return out
+
+
+def _effects(rows: list[dict[str, Any]], parameters: list[str],
+             space: dict[str, list[Any]]) -> list[Effect]:
+    out = []
+    for p in parameters:
+        values = []
+        for v in space[p]:
+            with_v = [r for r in rows if _same(r[p], v)]
+            lat = [r["latency_ms"] for r in with_v if r["status"] == "ok"]
+            values.append(ValueEffect(v, len(with_v), len(lat),
+                                      statistics.median(lat) if lat else None,
+                                      min(lat) if lat else None))
+        out.append(Effect(p, values))
+    return out
+
+
+def _heatmaps(rows: list[dict[str, Any]], parameters: list[str],
+              space: dict[str, list[Any]]) -> list[Heatmap]:
+    varied = [p for p in parameters if len(space[p]) > 1]
+    out = []
+    for i, x in enumerate(varied):
+        for y in varied[i + 1:]:
+            grid: list[list[float | None]] = [[None] * len(space[x]) for _ in space[y]]
+            for r in rows:
+                col, row = _position(space[x], r[x]), _position(space[y], r[y])
+                if r["status"] != "ok" or col is None or row is None:
+                    continue
+                seen = grid[row][col]
+                grid[row][col] = r["latency_ms"] if seen is None else min(seen, r["latency_ms"])
+            out.append(Heatmap(x, y, list(space[x]), list(space[y]), grid))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    # True == 1 in Python, but a parameter's True and 1 are different values.
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
+
+
+def _position(values: list[Any], value: Any) -> int | None:
+    return next((i for i, v in enumerate(values) if _same(value, v)), None)
+
+
+def _session_starts(snap: Any) -> list[float]:
+    if snap is None:
+        return []
+    if snap.sessions:
+        return sorted(s[0] for s in snap.sessions)
+    start = snap.timeline.get("session_start")
+    return [start] if start else []
+
+
+def _timeline(rows: list[dict[str, Any]], starts: list[float], t0: float
+              ) -> tuple[list[Span], list[WorkerUse]]:
+    """Each worker's trials and the waits between them, per session: workers of a
+    resumed run take the same names again, and the time between sessions is nobody's
+    wait. t0: time zero (seconds since the epoch)."""
+    lanes: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        begun = r["started_at"].timestamp()
+        session = max(bisect.bisect_right(starts, begun) - 1, 0)
+        lanes.setdefault((session, r["node"], r["worker"]), []).append(r)
+    several = len({s for s, _, _ in lanes}) > 1
+    spans, uses = [], []
+    for (session, node, worker), trials in sorted(lanes.items()):
+        name = f"s{session + 1} {node}/{worker}" if several else f"{node}/{worker}"
+        trials.sort(key=lambda r: (r["started_at"], r["index"]))
+        busy = waiting = 0.0
+        previous_end: float | None = None
+        starting = None
+        if starts and starts[session] <= trials[0]["started_at"].timestamp():
+            starting = trials[0]["started_at"].timestamp() - starts[session]
+            spans.append(Span(name, starts[session] - t0, starts[session] - t0 + starting,
+                              "starting", None))
+        for r in trials:
+            start = r["started_at"].timestamp() - t0
+            end = max(r["finished_at"].timestamp() - t0, start)
+            if previous_end is not None and start > previous_end:
+                spans.append(Span(name, previous_end, start, "waiting", None))
+                waiting += start - previous_end
+            spans.append(Span(name, start, end, r["status"], r["index"]))
+            busy += end - start
+            previous_end = end if previous_end is None else max(previous_end, end)
+        total = busy + waiting
+        uses.append(WorkerUse(name, trials[0]["device"], len(trials), busy, waiting,
+                              busy / total if total > 0 else 1.0, starting))
+    return spans, uses
+
+
+def _trials(rows: list[dict[str, Any]], parameters: list[str],
+            ranked: list[Ranked], t0: float) -> list[dict[str, Any]]:
+    """Every trial as the HTML table shows it, in index order: its parameters and columns,
+    the ranking's rank, re-timed latency and throughput, and its times in seconds since
+    t0 (the timeline's)."""
+    by_index = {r.index: r for r in ranked}
+    out = []
+    for r in rows:
+        k = by_index.get(r["index"])
+        out.append({
+            **{c: r[c] for c in ("index", *parameters, *TRIAL_COLUMNS[1:])},
+            "rank": k.rank if k else None, "retimed_ms": k.retimed_ms if k else None,
+            "tflops": k.tflops if k else None, "gbps": k.gbps if k else None,
+            "winner": bool(k and k.winner),
+            "started_s": r["started_at"].timestamp() - t0,
+            "finished_s": r["finished_at"].timestamp() - t0})
+    return out

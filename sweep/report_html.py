@@ -1,0 +1,406 @@
+"""`sweep report DIR --html`: one self-contained HTML file.
+
+Everything it needs is inside it (plotly.js, the styles, the data), so it opens from a
+laptop's disk, an artefact store or an air-gapped cluster without fetching anything. The
+static parts (summary, top configs, failures, metadata) are written here as HTML; the
+trial table and the plots are drawn in the page from the analysis's records, which the
+page carries as JSON. No figure is computed in the page: it sorts, filters and picks what
+to plot.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from storage.atomic import write_bytes_atomically
+from sweep.analysis import Analysis, Ranked
+from sweep.report import baseline_name, baseline_note, speedup_text
+from sweep.spec import SpecError
+
+
+def write_html(analysis: Analysis, path: Path) -> None:
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        raise SpecError("--html: needs plotly (pip install 'triton-sweep[report]')") from None
+    page = render(analysis, get_plotlyjs())
+    try:
+        write_bytes_atomically(path, page.encode())
+    except OSError as e:
+        raise SpecError(f"--html: {path}: {e.strerror or e}") from None
+
+
+def render(a: Analysis, plotly_js: str) -> str:
+    summary = a.summary(0)
+    data = {
+        "parameters": a.parameters, "trials": a.trials,
+        "spans": [asdict(span) for span in a.spans],
+        "effects": summary["effects"], "heatmaps": summary["heatmaps"],
+        "rate": "tflops" if "flops" in a.work else "gbps" if "bytes_moved" in a.work else None,
+    }
+    return (_PAGE
+            .replace("@@TITLE@@", html.escape(f"sweep report: {a.name}"))
+            .replace("@@SUMMARY@@", _summary(a))
+            .replace("@@TOP@@", _top(a))
+            .replace("@@FAILURES@@", _failures(a))
+            .replace("@@META@@", _metadata(a))
+            .replace("@@PLOTLY@@", plotly_js)
+            .replace("@@DATA@@", _script_json(data)))
+
+
+def _script_json(value: Any) -> str:
+    """JSON that can sit inside a <script> element: no "</" to end it early, and no NaN
+    or infinity, which JSON.parse refuses."""
+    return json.dumps(_finite(value), default=str, allow_nan=False).replace("</", "<\\/")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def _summary(a: Analysis) -> str:
+    chips = "".join(f'<span class="chip s-{_e(k)}">{_e(k)} {v}</span>'
+                    for k, v in a.counts.items())
+    rows = [("run", f"{_e(a.path)} · {_e(a.state)}"
+                    + (f" · {a.sessions} sessions" if a.sessions > 1 else "")),
+            ("kernel", f"{_e(a.kernel)} on {_e(', '.join(a.devices) or '?')}"),
+            ("trials", f"{a.done} of {a.total} {chips}")]
+    winner = next((r for r in a.ranked if r.winner), None)
+    if winner is not None:
+        how = (f"{_ms(winner.retimed_ms)} ms re-timed side by side "
+               f"[{_ms(winner.retimed_p20_ms)}–{_ms(winner.retimed_p80_ms)}], one pass "
+               f"{_ms(winner.latency_ms)} ms") if winner.retimed_ms is not None \
+            else f"{_ms(winner.latency_ms)} ms [{_ms(winner.latency_p20_ms)}–" \
+                 f"{_ms(winner.latency_p80_ms)}]"
+        rate = "".join(f" · {v:.4g} {unit}" for v, unit in
+                       ((winner.tflops, "TFLOP/s"), (winner.gbps, "GB/s")) if v is not None)
+        partial = " <b>(partial: not a complete run's settled pick)</b>" if a.partial else ""
+        rows.append(("winner", f"#{winner.index} <code>{_e(_config(winner))}</code> "
+                               f"{how} on {_e(winner.device)}{_e(rate)}{partial}"))
+    else:
+        rows.append(("winner", "none recorded" if a.ranked else "none: no trial succeeded"))
+    for b in a.baseline:
+        rows.append((f"{baseline_name(b)} on {_e(b.device)}",
+                     f"{_ms(b.latency_ms)} ms [{_ms(b.latency_p20_ms)}–{_ms(b.latency_p80_ms)}]"
+                     f"; the best config {_e(speedup_text(b.speedup))}"
+                     f"{_e(baseline_note(b))}"))
+    for w in a.workers:
+        rows.append((f"worker {_e(w.worker)}",
+                     f"{w.trials} trials on {_e(w.device)}, busy {w.busy_fraction:.0%}, "
+                     f"waited {w.waiting_s:.1f} s"
+                     + (f"; first trial {w.starting_s:.1f} s after its session began"
+                        if w.starting_s is not None else "")))
+    return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+
+
+def _config(r: Ranked) -> str:
+    return json.dumps(r.config, sort_keys=True)
+
+
+def _top(a: Analysis, k: int = 10) -> str:
+    if not a.ranked:
+        return "<p>No trial succeeded.</p>"
+    rate = "TFLOP/s" if "flops" in a.work else "GB/s" if "bytes_moved" in a.work else None
+    head = "".join(f"<th>{h}</th>" for h in (
+        "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
+        *([rate] if rate else []), "device", "config"))
+    body = []
+    for r in a.top(k):
+        value = r.tflops if rate == "TFLOP/s" else r.gbps
+        cells = [("★ " if r.winner else "") + str(r.rank), f"#{r.index}", _ms(r.retimed_ms),
+                 f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
+                 if r.retimed_ms is not None else "", _ms(r.latency_ms),
+                 f"{_ms(r.latency_p20_ms)}–{_ms(r.latency_p80_ms)}",
+                 *([_ms(value)] if rate else []), r.device, _config(r)]
+        body.append(f'<tr class="{"winner" if r.winner else ""}">'
+                    + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    return (f"<p>The {len(body)} fastest of {len(a.ranked)} that worked: finalists by their "
+            "side-by-side re-timing, which chose the winner (★), then the rest by the "
+            f"sweep's one pass.</p><table class='grid'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _failures(a: Analysis) -> str:
+    if not a.errors:
+        return "<p>No trial failed.</p>"
+    rows = "".join(f"<tr><td><span class='chip s-{_e(g.status)}'>{_e(g.status)}</span></td>"
+                   f"<td>{g.count}</td><td>#{g.index}</td><td><code>{_e(g.example)}</code>"
+                   "</td></tr>" for g in a.errors)
+    return ("<table class='grid'><thead><tr><th>status</th><th>trials</th><th>example</th>"
+            f"<th>its error (numbers differ within a group)</th></tr></thead><tbody>{rows}"
+            "</tbody></table>")
+
+
+def _metadata(a: Analysis) -> str:
+    rows = [("fingerprint", _e(a.fingerprint)),
+            ("versions", _e(" · ".join(f"{k} {v}" for k, v in a.versions.items()))),
+            ("devices", _e(", ".join(a.devices))),
+            ("work per launch", _e(" · ".join(f"{k} {v:.4g}" for k, v in a.work.items())
+                                   or "not given by the kernel"))]
+    table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return (f"<table class='kv'>{table}</table><h3>Spec as run</h3>"
+            f"<pre>{_e(json.dumps(a.spec, indent=2, sort_keys=True))}</pre>")
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@@TITLE@@</title>
+<style>
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1400px; padding: 16px 24px; color: #1d2330; }
+h1 { font-size: 22px; margin: 4px 0 12px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+h3 { font-size: 14px; }
+code, pre, td.mono { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
+pre { background: #f5f6f8; padding: 10px; overflow: auto; max-height: 360px; }
+table.kv th { text-align: left; padding: 2px 14px 2px 0; vertical-align: top;
+              white-space: nowrap; color: #555; font-weight: 600; }
+table.grid { border-collapse: collapse; width: 100%; }
+table.grid th, table.grid td { border-bottom: 1px solid #e3e5ea; padding: 3px 8px;
+                               text-align: left; white-space: nowrap; }
+table.grid td:last-child { white-space: normal; }
+table.grid thead th { background: #f0f2f5; position: sticky; top: 0; }
+tr.winner td { background: #fff6d6; font-weight: 600; }
+.chip { display: inline-block; padding: 0 7px; margin: 0 3px; border-radius: 9px;
+        font-size: 12px; background: #e8eaee; }
+.s-ok { background: #d8f0dc; } .s-compile_error { background: #ffe3c4; }
+.s-runtime_error { background: #ffd0d0; } .s-incorrect { background: #ead9f7; }
+.s-timeout { background: #eee0cc; } .s-crashed { background: #d4d4d4; }
+.plots { display: grid; grid-template-columns: 1fr 1fr; gap: 18px; }
+.plot { border: 1px solid #e3e5ea; border-radius: 6px; padding: 8px; }
+.plot.wide { grid-column: 1 / -1; }
+.controls { margin: 4px 0 8px; } .controls label { margin-right: 14px; }
+#trials-wrap { max-height: 640px; overflow: auto; border: 1px solid #e3e5ea; }
+#trials th { cursor: pointer; user-select: none; }
+#trials th.sorted-asc::after { content: " ▲"; } #trials th.sorted-desc::after { content: " ▼"; }
+#trials td { white-space: nowrap; }
+.note { color: #666; font-size: 12px; }
+</style>
+<script>@@PLOTLY@@</script>
+</head><body>
+<h1>@@TITLE@@</h1>
+<table class="kv">@@SUMMARY@@</table>
+<h2>Fastest configs</h2>@@TOP@@
+<h2>Failures, grouped by cause</h2>@@FAILURES@@
+<h2>Plots</h2>
+<div class="plots">
+ <div class="plot"><div id="plot-latency"></div></div>
+ <div class="plot"><div class="controls"><label>parameter
+   <select id="effect-param"></select></label></div><div id="plot-effects"></div></div>
+ <div class="plot"><div class="controls"><label>x <select id="heat-x"></select></label>
+   <label>y <select id="heat-y"></select></label></div><div id="plot-heatmap"></div></div>
+ <div class="plot wide"><div id="plot-timeline"></div>
+  <p class="note">Each worker's trials over time, coloured by status; grey: the worker waited
+  between two trials (for a compile, or for work); blue: its session starting (Ray, the
+  workers, the first compiles) before its first trial.</p></div>
+</div>
+<h2>Every trial</h2>
+<div class="controls">
+ <label>filter <input id="filter" size="40" placeholder="text in any column"></label>
+ <label>status <select id="status-filter"><option value="">any</option></select></label>
+ <span id="shown"></span>
+ <span class="note">Click a heading to sort. Latency sorts by the ranking: finalists by their
+ re-timing, then the rest by their one pass.</span>
+</div>
+<div id="trials-wrap"><table id="trials" class="grid"><thead><tr></tr></thead><tbody></tbody>
+</table></div>
+<h2>Run metadata</h2>@@META@@
+<script type="application/json" id="sweep-data">@@DATA@@</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("sweep-data").textContent);
+const COLORS = {ok: "#3a9d5d", compile_error: "#f08c2e", runtime_error: "#d64545",
+  incorrect: "#8e5cc4", timeout: "#9a7443", crashed: "#333333", waiting: "#cfd3da",
+  starting: "#a9c4e4"};
+// The mode bar (zoom, save as PNG) shows while the pointer is on a plot, over its title.
+const CONFIG = {displaylogo: false, responsive: true, displayModeBar: "hover"};
+const fmt = v => v === null || v === undefined ? "" :
+  (typeof v === "number" && !Number.isInteger(v) ? v.toPrecision(4) : String(v));
+const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+  '"': "&quot;"})[c]);
+const label = v => JSON.stringify(v);
+const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
+
+// --- the trial table -------------------------------------------------------------------
+const rateKey = D.rate, rateName = {tflops: "TFLOP/s", gbps: "GB/s"}[D.rate];
+const COLUMNS = [
+  {key: "index", name: "index"},
+  ...D.parameters.map(p => ({key: p, name: p})),
+  {key: "status", name: "status"},
+  {key: "latency", name: "latency ms", value: r => r.retimed_ms ?? r.latency_ms,
+   sortBy: r => r.rank},
+  {key: "latency_ms", name: "one pass ms"},
+  {key: "retimed_ms", name: "re-timed ms"},
+  {key: "latency_p20_ms", name: "p20"}, {key: "latency_p80_ms", name: "p80"},
+  ...(rateKey ? [{key: rateKey, name: rateName}] : []),
+  {key: "compile_ms", name: "compile ms"}, {key: "validation", name: "validation"},
+  {key: "device", name: "device"},
+  {key: "worker", name: "worker", value: r => r.node + "/" + r.worker},
+  {key: "attempt", name: "attempt"}, {key: "error", name: "error"},
+];
+let sortCol = null, sortDir = 1;
+const head = document.querySelector("#trials thead tr");
+COLUMNS.forEach(c => {
+  const th = document.createElement("th");
+  th.textContent = c.name; th.dataset.key = c.key;
+  th.addEventListener("click", () => {
+    sortDir = sortCol === c ? -sortDir : 1; sortCol = c; drawTable();
+  });
+  head.appendChild(th);
+});
+const statusSel = document.getElementById("status-filter");
+[...new Set(D.trials.map(r => r.status))].sort().forEach(s => {
+  const o = document.createElement("option"); o.value = o.textContent = s;
+  statusSel.appendChild(o);
+});
+const cellValue = (c, r) => c.value ? c.value(r) : r[c.key];
+const texts = D.trials.map(r => COLUMNS.map(c => fmt(cellValue(c, r))).join(" ").toLowerCase());
+function drawTable() {
+  const needle = document.getElementById("filter").value.trim().toLowerCase();
+  const status = statusSel.value;
+  let rows = D.trials.map((r, i) => i).filter(i =>
+    (!status || D.trials[i].status === status) && (!needle || texts[i].includes(needle)));
+  if (sortCol) {
+    const key = sortCol.sortBy || (r => cellValue(sortCol, r));
+    rows.sort((i, j) => {
+      const a = key(D.trials[i]), b = key(D.trials[j]);
+      if (a === null || a === undefined) return (b === null || b === undefined) ? i - j : 1;
+      if (b === null || b === undefined) return -1;  // empty cells last either way
+      const c = typeof a === "number" && typeof b === "number" ? a - b
+        : String(a).localeCompare(String(b));
+      return c !== 0 ? sortDir * c : i - j;
+    });
+  }
+  document.querySelectorAll("#trials th").forEach(th => th.className =
+    sortCol && th.dataset.key === sortCol.key ? (sortDir > 0 ? "sorted-asc" : "sorted-desc") : "");
+  document.querySelector("#trials tbody").innerHTML = rows.map(i => {
+    const r = D.trials[i];
+    return `<tr data-index="${r.index}"${r.winner ? ' class="winner"' : ""}>` +
+      COLUMNS.map(c => c.key === "status"
+        ? `<td><span class="chip s-${esc(r.status)}">${esc(r.status)}</span></td>`
+        : c.key === "error" ? `<td title="${esc(r.error ?? "")}">` +
+          esc(clip((r.error ?? "").split("\\n")[0], 90)) + "</td>"
+        : "<td>" + (c.key === "index" && r.winner ? "★ " : "") + esc(fmt(cellValue(c, r))) +
+          "</td>"
+      ).join("") + "</tr>";
+  }).join("");
+  document.getElementById("shown").textContent = `${rows.length} of ${D.trials.length} trials`;
+}
+document.getElementById("filter").addEventListener("input", drawTable);
+statusSel.addEventListener("change", drawTable);
+drawTable();
+
+// --- plots ------------------------------------------------------------------------------
+const ok = D.trials.filter(r => r.status === "ok");
+const layout = (title, extra) => Object.assign({
+  title: {text: title, font: {size: 14}, x: 0.01, xanchor: "left"},
+  margin: {l: 60, r: 40, t: 40, b: 50}, height: 340}, extra);
+
+(function latency() {
+  const xs = ok.map(r => r.latency_ms);
+  const shapes = [], notes = [];
+  const mark = (x, text, color) => {
+    shapes.push({type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1,
+                 line: {color, dash: "dot"}});
+    notes.push({x, yref: "paper", y: 1, text, showarrow: false, yanchor: "bottom",
+                font: {size: 11, color}});
+  };
+  const w = D.trials.find(r => r.winner);
+  if (w) mark(w.latency_ms, "winner #" + w.index, "#b8860b");
+  const positive = xs.filter(x => x > 0);
+  const logx = positive.length > 1 && Math.max(...positive) / Math.min(...positive) > 20;
+  Plotly.newPlot("plot-latency", [{type: "histogram", x: xs, marker: {color: COLORS.ok},
+      nbinsx: Math.min(60, Math.max(10, Math.round(Math.sqrt(xs.length) * 2)))}],
+    layout(`Latency of the ${xs.length} trials that worked (one pass)`,
+      {xaxis: {title: {text: "ms"}}, yaxis: {title: {text: "trials"}},
+       shapes, annotations: notes, bargap: 0.05}), CONFIG);
+})();
+
+const effectSel = document.getElementById("effect-param");
+D.effects.forEach(e => {
+  const o = document.createElement("option"); o.value = o.textContent = e.parameter;
+  effectSel.appendChild(o);
+});
+const varied = D.effects.filter(e => e.values.length > 1);
+if (varied.length) effectSel.value = varied[0].parameter;
+function drawEffects() {
+  const e = D.effects.find(x => x.parameter === effectSel.value);
+  if (!e) return;
+  const xs = e.values.map(v => label(v.value));
+  const hover = e.values.map(v => `${v.ok} of ${v.trials} worked`);
+  Plotly.react("plot-effects", [
+    {type: "bar", name: "median", x: xs, y: e.values.map(v => v.median_ms), hovertext: hover,
+     marker: {color: "#7aa6d8"}},
+    {type: "bar", name: "best", x: xs, y: e.values.map(v => v.best_ms), hovertext: hover,
+     marker: {color: "#2f5f98"}}],
+    layout(`Effect of ${e.parameter}: latency per value (ms, one pass)`,
+      {barmode: "group", xaxis: {type: "category", title: {text: e.parameter}},
+       yaxis: {title: {text: "ms"}}}), CONFIG);
+}
+effectSel.addEventListener("change", drawEffects);
+drawEffects();
+
+const hx = document.getElementById("heat-x"), hy = document.getElementById("heat-y");
+const heatParams = varied.map(e => e.parameter);
+heatParams.forEach(p => [hx, hy].forEach(sel => {
+  const o = document.createElement("option"); o.value = o.textContent = p; sel.appendChild(o);
+}));
+if (heatParams.length > 1) { hx.value = heatParams[0]; hy.value = heatParams[1]; }
+function drawHeatmap() {
+  let m = D.heatmaps.find(h => h.x === hx.value && h.y === hy.value), flip = false;
+  if (!m) { m = D.heatmaps.find(h => h.x === hy.value && h.y === hx.value); flip = true; }
+  if (!m) {
+    Plotly.react("plot-heatmap", [], layout(heatParams.length > 1
+      ? "Pick two different parameters" : "No two parameters take several values"), CONFIG);
+    return;
+  }
+  let xs = m.x_values.map(label), ys = m.y_values.map(label), z = m.best_ms;
+  if (flip) { [xs, ys] = [ys, xs]; z = xs.map((_, i) => ys.map((_, j) => m.best_ms[i][j])); }
+  Plotly.react("plot-heatmap", [{type: "heatmap", x: xs, y: ys, z, colorscale: "Viridis",
+      reversescale: true, hoverongaps: false, colorbar: {title: {text: "ms"}}}],
+    layout(`Best latency (ms) by ${flip ? m.y : m.x} and ${flip ? m.x : m.y}`,
+      {xaxis: {type: "category", title: {text: flip ? m.y : m.x}},
+       yaxis: {type: "category", title: {text: flip ? m.x : m.y}}}), CONFIG);
+}
+hx.addEventListener("change", drawHeatmap); hy.addEventListener("change", drawHeatmap);
+drawHeatmap();
+
+(function timeline() {
+  const kinds = [...new Set(D.spans.map(s => s.kind))];
+  const workers = [...new Set(D.spans.map(s => s.worker))];
+  const traces = kinds.map(kind => {
+    const ss = D.spans.filter(s => s.kind === kind);
+    return {type: "bar", orientation: "h", name: kind, y: ss.map(s => s.worker),
+      base: ss.map(s => s.start_s), x: ss.map(s => Math.max(s.end_s - s.start_s, 1e-4)),
+      marker: {color: COLORS[kind] || "#888"},
+      hovertext: ss.map(s => (s.index === null ? kind : `#${s.index} ${kind}`) +
+        ` ${(s.end_s - s.start_s).toFixed(3)} s`), hoverinfo: "text"};
+  });
+  Plotly.newPlot("plot-timeline", traces, layout("Workers over time", {barmode: "overlay",
+    height: Math.max(220, 60 + 28 * workers.length),
+    xaxis: {title: {text: "seconds since the run began"}},
+    yaxis: {type: "category", automargin: true, categoryorder: "category descending"}}),
+    CONFIG);
+})();
+</script>
+</body></html>
+"""

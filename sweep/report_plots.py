@@ -1,0 +1,131 @@
+"""`sweep report DIR --plot OUT`: the HTML report's plots as PNG files, for a slide, a
+paper or a pull request. Drawn with matplotlib from the same analysis records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from sweep.analysis import Analysis
+from sweep.spec import SpecError
+
+# The HTML report's colours, so that both views read alike.
+COLORS = {"ok": "#3a9d5d", "compile_error": "#f08c2e", "runtime_error": "#d64545",
+          "incorrect": "#8e5cc4", "timeout": "#9a7443", "crashed": "#333333",
+          "waiting": "#cfd3da", "starting": "#a9c4e4"}
+
+
+def write_plots(a: Analysis, out: Path) -> list[Path]:
+    """The PNGs written into `out` (made if missing): latency.png, effects.png,
+    heatmap.png (the first two parameters that take several values) and timeline.png;
+    a plot with nothing to show is left out."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SpecError("--plot: needs matplotlib (pip install 'triton-sweep[report]')") \
+            from None
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--plot: {out}: {e.strerror or e}") from None
+    written = []
+    for name, draw in (("latency", _latency), ("effects", _effects), ("heatmap", _heatmap),
+                       ("timeline", _timeline)):
+        figure = draw(a)
+        if figure is None:
+            continue
+        path = out / f"{name}.png"
+        try:
+            figure.savefig(path, dpi=120, bbox_inches="tight")
+        except OSError as e:
+            raise SpecError(f"--plot: {path}: {e.strerror or e}") from None
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+        written.append(path)
+    return written
+
+
+def _figure(width: float, height: float) -> tuple[Any, Any]:
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height))
+
+
+def _latency(a: Analysis) -> Any:
+    xs = [r.latency_ms for r in a.ranked]
+    if not xs:
+        return None
+    fig, ax = _figure(7, 4)
+    ax.hist(xs, bins=min(60, max(10, round(math.sqrt(len(xs)) * 2))), color=COLORS["ok"],
+            edgecolor="white")
+    winner = next((r for r in a.ranked if r.winner), None)
+    if winner is not None:
+        ax.axvline(winner.latency_ms, color="#b8860b", linestyle=":",
+                   label=f"winner #{winner.index}")
+        ax.legend()
+    ax.set(title=f"{a.name}: latency of the {len(xs)} trials that worked (one pass)",
+           xlabel="ms", ylabel="trials")
+    return fig
+
+
+def _effects(a: Analysis) -> Any:
+    varied = [e for e in a.effects if len(e.values) > 1]
+    if not varied:
+        return None
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(varied))
+    rows = math.ceil(len(varied) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, e in zip(axes.flat, varied):
+        labels = [json.dumps(v.value) for v in e.values]
+        at = range(len(labels))
+        ax.bar([i - 0.2 for i in at], [v.median_ms or 0 for v in e.values], 0.4,
+               label="median", color="#7aa6d8")
+        ax.bar([i + 0.2 for i in at], [v.best_ms or 0 for v in e.values], 0.4,
+               label="best", color="#2f5f98")
+        ax.set_xticks(list(at), labels)
+        ax.set(title=e.parameter, ylabel="ms")
+    for ax in list(axes.flat)[len(varied):]:
+        ax.axis("off")
+    axes.flat[0].legend()
+    fig.suptitle(f"{a.name}: latency per parameter value (one pass; 0: none worked)")
+    fig.tight_layout()
+    return fig
+
+
+def _heatmap(a: Analysis) -> Any:
+    if not a.heatmaps:
+        return None
+    m = a.heatmaps[0]
+    fig, ax = _figure(6, 4.5)
+    z = [[math.nan if v is None else v for v in row] for row in m.best_ms]
+    image = ax.imshow(z, cmap="viridis_r", origin="lower", aspect="auto")
+    ax.set_xticks(range(len(m.x_values)), [json.dumps(v) for v in m.x_values])
+    ax.set_yticks(range(len(m.y_values)), [json.dumps(v) for v in m.y_values])
+    ax.set(xlabel=m.x, ylabel=m.y, title=f"{a.name}: best latency (ms) by {m.x} and {m.y}")
+    fig.colorbar(image, ax=ax, label="ms")
+    return fig
+
+
+def _timeline(a: Analysis) -> Any:
+    if not a.spans:
+        return None
+    workers = sorted({s.worker for s in a.spans}, reverse=True)
+    fig, ax = _figure(10, max(2.0, 0.9 + 0.35 * len(workers)))
+    for kind in sorted({s.kind for s in a.spans}):
+        spans = [s for s in a.spans if s.kind == kind]
+        ax.barh([workers.index(s.worker) for s in spans], [s.end_s - s.start_s for s in spans],
+                left=[s.start_s for s in spans], color=COLORS.get(kind, "#888888"), label=kind,
+                height=0.7)
+    ax.set_yticks(range(len(workers)), workers)
+    ax.set(xlabel="seconds since the run began",
+           title=f"{a.name}: workers over time (grey: waiting for a compile or for work; "
+                 "blue: starting)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig

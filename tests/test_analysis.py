@@ -1,0 +1,194 @@
+"""The report's numbers (sweep/analysis.py) against a table worked out by hand: a run
+directory written through the run's own writers, whose every figure is computed below
+from the six trials it holds."""
+
+import dataclasses
+import json
+
+import pytest
+from conftest import simulate_spec, sweep_cli
+
+from storage.records import TrialRecord
+from storage.snapshot import Best, Snapshot, read_best, write_best, write_snapshot
+from sweep import rundir
+from sweep.analysis import analyse
+from sweep.rundir import RunDir, RunLog
+from sweep.spec import load_spec
+
+NODE = "n1"
+OOR = "CompilationError: out of resources: shared memory {} > 65536"
+# index: (status, one-pass latency with p20/p80, worker, started, finished, error)
+TRIALS = {
+    0: ("ok", (4.0, 3.9, 4.2), "w1", 100.0, 101.0, None),
+    1: ("ok", (2.0, 1.9, 2.1), "w2", 100.0, 100.5, None),
+    2: ("compile_error", None, "w1", 101.5, 101.6, OOR.format(98304)),
+    3: ("ok", (3.0, 2.9, 3.1), "w2", 100.5, 101.5, None),
+    # a second session: the workers take the same names again
+    4: ("compile_error", None, "w1", 200.0, 200.2, OOR.format(131072)),
+    5: ("ok", (2.8, 2.7, 2.9), "w1", 200.5, 201.0, None),
+}
+SESSIONS = [[90.0, 150.0], [190.0, 210.0]]
+# The side-by-side re-timing reorders the sweep's one pass: #5 beats #1.
+RETIMED = {1: (2.2, 2.1, 2.3), 5: (2.1, 2.0, 2.2), 3: (3.3, 3.2, 3.4)}
+BASELINE = {"latency_ms": 4.2, "latency_p20_ms": 4.1, "latency_p80_ms": 4.3, "of": "baseline"}
+WORK = {"flops": 2e9, "bytes_moved": 4e6}
+
+
+def write_run(tmp_path, *, finished=True):
+    spec = load_spec(simulate_spec(tmp_path / "s.yaml", space={"A": [1, 2, 4],
+                                                               "B": ["x", "y"]}))
+    spec = dataclasses.replace(spec, work=WORK)
+    space = spec.expand()
+    assert [space.config(i) for i in range(6)] == [
+        {"A": a, "B": b} for a in (1, 2, 4) for b in ("x", "y")]
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    rundir.create(run, spec, len(space), "simulate")
+    records = [
+        TrialRecord(index=i, config=space.config(i), status=status,
+                    latency_ms=t[0] if t else None, latency_p20_ms=t[1] if t else None,
+                    latency_p80_ms=t[2] if t else None,
+                    validation="skipped", error=error, compile_ms=None, device="simulated",
+                    node=NODE, worker=worker, attempt=1, started_at=start, finished_at=end)
+        for i, (status, t, worker, start, end, error) in TRIALS.items()]
+    with RunLog(run, spec.fingerprint) as log:
+        log.commit(records, [], [None] * len(records))
+    state = "complete" if finished else "running"
+    rundir.write_trials(run, spec, space, state)
+    winner = Best(5, space.config(5), 2.1, "simulated")
+    finalists = [{"index": i, "config": space.config(i), "device": "simulated",
+                  "sweep_latency_ms": TRIALS[i][1][0], "latency_ms": m,
+                  "latency_p20_ms": lo, "latency_p80_ms": hi}
+                 for i, (m, lo, hi) in RETIMED.items()]
+    if finished:
+        write_best(run.best, winner, fingerprint=spec.fingerprint, partial=False,
+                   finalists=finalists, by_device={"simulated": winner},
+                   baseline={"simulated": BASELINE})
+        write_snapshot(run.snapshot, Snapshot(
+            "complete", spec.fingerprint, 6, 6, {"ok": 4, "compile_error": 2}, winner,
+            finalists=finalists, by_device={"simulated": winner},
+            baseline={"simulated": BASELINE}, sessions=SESSIONS))
+    else:  # still going: no re-timing yet, and the best so far is the one pass's
+        so_far = Best(1, space.config(1), 2.0, "simulated")
+        write_snapshot(run.snapshot, Snapshot(
+            "running", spec.fingerprint, 6, 6, {"ok": 4, "compile_error": 2}, so_far,
+            by_device={"simulated": so_far}, sessions=SESSIONS))
+    return run.path
+
+
+def test_every_figure_matches_the_table_worked_out_by_hand(tmp_path):
+    a = analyse(write_run(tmp_path))
+    assert (a.state, a.total, a.done, a.counts) == \
+        ("complete", 6, 6, {"compile_error": 2, "ok": 4})
+    assert a.parameters == ["A", "B"] and a.sessions == 2
+
+    # Both compile errors differ in a number only: one cause, the lower index its example.
+    [group] = a.errors
+    assert (group.status, group.count, group.index, group.example) == \
+        ("compile_error", 2, 2, OOR.format(98304))
+
+    # The finalists by their re-timing (5, 1, 3), then the rest by the one pass (0).
+    assert [(r.rank, r.index) for r in a.ranked] == [(1, 5), (2, 1), (3, 3), (4, 0)]
+    assert a.winner == 5 and a.partial is False
+    assert [r.winner for r in a.ranked] == [True, False, False, False]
+    first, last = a.ranked[0], a.ranked[-1]
+    assert (first.retimed_ms, first.retimed_p20_ms, first.retimed_p80_ms) == (2.1, 2.0, 2.2)
+    assert (first.latency_ms, first.latency_p20_ms, first.latency_p80_ms) == (2.8, 2.7, 2.9)
+    assert last.retimed_ms is None and last.best_ms == 4.0
+    # 2e9 flops in 2.1 ms, 4e6 bytes in 2.1 ms; the one pass's 4.0 ms where not re-timed
+    assert first.tflops == pytest.approx(2e9 / 2.1e-3 / 1e12)
+    assert first.gbps == pytest.approx(4e6 / 2.1e-3 / 1e9)
+    assert last.tflops == pytest.approx(0.5)
+
+    [torch] = a.baseline
+    assert (torch.device, torch.of, torch.latency_ms, torch.best_ms) == \
+        ("simulated", "baseline", 4.2, 2.1)
+    assert torch.speedup == pytest.approx(2.0)
+
+    effects = {e.parameter: [(v.value, v.trials, v.ok, v.median_ms, v.best_ms)
+                             for v in e.values] for e in a.effects}
+    assert effects == {
+        "A": [(1, 2, 2, 3.0, 2.0), (2, 2, 1, 3.0, 3.0), (4, 2, 1, 2.8, 2.8)],
+        "B": [("x", 3, 1, 4.0, 4.0), ("y", 3, 3, 2.8, 2.0)],  # median, not mean
+    }
+    [heat] = a.heatmaps
+    assert (heat.x, heat.y, heat.x_values, heat.y_values) == ("A", "B", [1, 2, 4], ["x", "y"])
+    assert heat.best_ms == [[4.0, None, None], [2.0, 3.0, 2.8]]
+
+    # Time zero is the first session's start (90 s). Session 1: both workers began 10 s in;
+    # w1 ran #0 (1.0 s), waited 0.5 s, ran #2 (0.1 s); w2 ran #1 and #3 back to back.
+    # Session 2 (from 190 s): w1 began 10 s in, ran #4 (0.2 s), waited 0.3 s, ran #5
+    # (0.5 s). The time between the sessions is nobody's wait.
+    assert [w.worker for w in a.workers] == ["s1 n1/w1", "s1 n1/w2", "s2 n1/w1"]
+    assert [w.trials for w in a.workers] == [2, 2, 2]
+    assert [w.starting_s for w in a.workers] == [10.0, 10.0, 10.0]
+    uses = [(w.busy_s, w.waiting_s, w.busy_fraction) for w in a.workers]
+    assert uses == [pytest.approx(u) for u in [(1.1, 0.5, 1.1 / 1.6), (1.5, 0.0, 1.0),
+                                               (0.7, 0.3, 0.7)]]
+    waits = [(s.worker, s.start_s, s.end_s) for s in a.spans if s.kind == "waiting"]
+    assert [w[0] for w in waits] == ["s1 n1/w1", "s2 n1/w1"]
+    assert [w[1:] for w in waits] == [pytest.approx((11.0, 11.5)),
+                                      pytest.approx((110.2, 110.5))]
+    starting = [(s.worker, s.start_s, s.end_s) for s in a.spans if s.kind == "starting"]
+    assert starting == [("s1 n1/w1", 0.0, 10.0), ("s1 n1/w2", 0.0, 10.0),
+                        ("s2 n1/w1", 100.0, 110.0)]
+    assert sorted(s.index for s in a.spans if s.index is not None) == list(range(6))
+
+    # The HTML table's rows: every trial, in index order, with the ranking's columns.
+    assert [t["index"] for t in a.trials] == list(range(6))
+    assert [t["rank"] for t in a.trials] == [4, 2, None, 3, None, 1]
+    assert a.trials[5]["winner"] and a.trials[5]["retimed_ms"] == 2.1
+    assert a.trials[0]["started_s"] == 10.0 and a.trials[5]["finished_s"] == pytest.approx(111)
+
+
+def test_a_run_still_going_is_read_from_its_checkpoint_and_snapshot(tmp_path):
+    a = analyse(write_run(tmp_path, finished=False))
+    # No re-timing yet: the one pass ranks, and the snapshot's best so far is the winner.
+    assert a.state == "running" and a.partial is True
+    assert [r.index for r in a.ranked] == [1, 5, 3, 0] and a.winner == 1
+    assert a.baseline == [] and all(r.retimed_ms is None for r in a.ranked)
+
+
+def test_report_prints_the_winner_the_failures_and_the_parameters(tmp_path, capsys):
+    path = write_run(tmp_path)
+    assert sweep_cli("report", path, "--top", "2") == 0
+    out = capsys.readouterr().out
+    assert "winner: #5 " in out and "2.1 [2–2.2] ms re-timed side by side" in out
+    assert "torch baseline on simulated: 4.2 ms" in out and "is 2× faster" in out
+    assert "compile_error ×2  e.g. #2: " + OOR.format(98304) in out
+    assert "A  1: 2/2 · 3 / 2   2: 1/2 · 3 / 3   4: 1/2 · 2.8 / 2.8" in out
+    lines = out.splitlines()
+    top = lines[lines.index(next(x for x in lines if x.startswith("top 2 of 4"))) + 2:][:2]
+    assert top[0].split()[:3] == ["★", "1", "#5"] and top[1].split()[:2] == ["2", "#1"]
+
+
+def test_report_json_is_the_analysis(tmp_path, capsys):
+    path = write_run(tmp_path)
+    assert sweep_cli("report", path, "--json", "--top", "3") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["index"] for r in doc["top"]] == [5, 1, 3]
+    assert doc["winner"] == 5 and doc["baseline"][0]["speedup"] == pytest.approx(2.0)
+    assert doc["errors"][0]["count"] == 2 and doc["counts"] == {"compile_error": 2, "ok": 4}
+    assert "spans" not in doc and "trials" not in doc
+
+
+def test_best_json_from_before_the_baseline_is_still_read(tmp_path):
+    path = write_run(tmp_path)
+    best = path / "best.json"
+    doc = json.loads(best.read_text())
+    fingerprint = doc["fingerprint"]
+    del doc["baseline"]
+    best.write_text(json.dumps(doc))
+    assert read_best(best, fingerprint) == doc
+    doc["surprise"] = 1
+    best.write_text(json.dumps(doc))
+    assert read_best(best, fingerprint) is None
+
+
+@pytest.mark.parametrize(("speedup", "text"), [
+    (2.0, "is 2× faster"), (1.004, "matches it (within 0.5%)"),
+    (0.996, "matches it (within 0.5%)"), (0.5, "is 2× slower")])
+def test_the_comparison_with_torch_reads_both_ways(speedup, text):
+    from sweep.report import speedup_text
+
+    assert speedup_text(speedup) == text
