@@ -144,11 +144,10 @@ class Analysis:
     def summary(self, top: int) -> dict[str, Any]:
         """The JSON a script reads (`sweep report --json`): everything but the per-trial
         timeline, and the top `top` of the ranking."""
-        from dataclasses import asdict
+        from dataclasses import asdict, replace
 
-        doc = asdict(self)
+        doc = asdict(replace(self, spans=[], trials=[], ranked=self.ranked[:top]))
         del doc["spans"], doc["trials"]
-        doc["ranked"] = doc["ranked"][:top]
         doc["top"] = doc.pop("ranked")
         return doc
 
@@ -161,10 +160,13 @@ def analyse(path: Path) -> Analysis:
     from sweep.spec import SpecError
 
     run = RunDir(path)
+    if not path.is_dir():
+        raise SpecError(f"{path}: no such run directory")
+    if not run.meta.exists() and not run.trials.exists():
+        raise SpecError(f"{path}: not a sweep run directory (no run.json)")
     if not run.trials.exists():
-        hint = "it is written every few seconds while a run goes; " if run.meta.exists() \
-            else ""
-        raise SpecError(f"{path}: no trials.parquet yet ({hint}resume the run to build it)")
+        raise SpecError(f"{path}: no trials.parquet yet (a run writes it every few seconds; "
+                        "resume a stopped one to build it)")
     try:
         table = pq.read_table(run.trials)
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
@@ -175,36 +177,53 @@ def analyse(path: Path) -> Analysis:
                           f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
                           f"resume the run to rebuild it") from None
     fingerprint = meta.get("fingerprint", "")
-    best_doc, snap = _best_and_snapshot(run, fingerprint)
+    pick = _pick(run, fingerprint, meta.get("state", "?"))
     # The table's order, which is the spec's (the spec's JSON sorts its keys).
     parameters = [c for c in table.column_names if c in spec.get("space", {})]
+    space = spec.get("space", {})
+    positions = _positions(rows, parameters, space)
     ok = [r for r in rows if r["status"] == "ok"]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     work = {k: float(v) for k, v in spec.get("work", {}).items()}
-    ranked = _rank(ok, best_doc, snap, work)
-    sessions = _session_starts(snap)
+    ranked = _rank(ok, pick, work)
+    sessions = pick.sessions
     first = min((r["started_at"].timestamp() for r in rows), default=0.0)
     t0 = sessions[0] if sessions and sessions[0] <= first else first
     spans, workers = _timeline(rows, sessions, t0)
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
         kernel=spec.get("kernel", "?"), backend=spec.get("backend", "?"),
-        total=_total(run, snap, len(rows)), done=len(rows), counts=dict(sorted(counts.items())),
+        total=_total(run, pick.total, len(rows)), done=len(rows),
+        counts=dict(sorted(counts.items())),
         errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
         winner=next((r.index for r in ranked if r.winner), None),
-        partial=best_doc["partial"] if best_doc else meta.get("state") != "complete",
-        ranked=ranked, baseline=_baseline(best_doc, snap, ranked), work=work,
-        parameters=parameters, effects=_effects(rows, parameters, spec.get("space", {})),
-        heatmaps=_heatmaps(rows, parameters, spec.get("space", {})), workers=workers,
+        partial=pick.partial, ranked=ranked, baseline=_baseline(pick.baseline, ranked),
+        work=work,
+        parameters=parameters, effects=_effects(rows, positions, space),
+        heatmaps=_heatmaps(rows, positions, space), workers=workers,
         spans=spans, trials=_trials(rows, parameters, ranked, t0),
         sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
         versions=json.loads(meta.get("versions", "{}")),
         devices=json.loads(meta.get("devices", "[]")))
 
 
-def _best_and_snapshot(run: Any, fingerprint: str) -> tuple[dict[str, Any] | None, Any]:
+@dataclass(frozen=True)
+class _Pick:
+    """What chose the winner: best.json, or the snapshot while a run is going (best.json
+    is then an earlier session's) or where best.json is lost or damaged."""
+
+    winner: int | None
+    finalists: dict[int, dict[str, float]]  # index -> its re-timing
+    settled: set[int]  # each device type's best: re-timed, or the one pass's where not
+    baseline: dict[str, dict[str, Any]]
+    partial: bool
+    sessions: list[float]  # each session's start, where the snapshot knows them
+    total: int | None
+
+
+def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
     from storage.snapshot import Snapshot, SnapshotError, read_best, read_snapshot
 
     try:
@@ -213,32 +232,55 @@ def _best_and_snapshot(run: Any, fingerprint: str) -> tuple[dict[str, Any] | Non
         snap = None
     if snap is not None and snap.fingerprint != fingerprint:
         snap = None
-    return read_best(run.best, fingerprint), snap
+    sessions = _session_starts(snap)
+    total = snap.total if snap is not None else None
+    doc = read_best(run.best, fingerprint)
+    if doc is not None and (snap is None or snap.state != "running"):
+        try:
+            return _Pick(
+                doc["index"], {int(f["index"]): _timing(f) for f in doc["finalists"]},
+                {int(b["index"]) for b in (doc.get("by_device") or {}).values()}
+                | ({doc["index"]} if doc["index"] is not None else set()),
+                {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
+                 for d, t in (doc.get("baseline") or {}).items()},
+                bool(doc["partial"]) or state != "complete", sessions, total)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # parses, but not as this tool writes it: the snapshot's account stands
+    if snap is None:
+        return _Pick(None, {}, set(), {}, True, sessions, total)
+    return _Pick(snap.best.index if snap.best else None,
+                 {int(f["index"]): _timing(f) for f in snap.finalists},
+                 {b.index for b in snap.by_device.values()},
+                 {d: {**_timing(t), "of": t.get("of", "baseline")}
+                  for d, t in snap.baseline.items()},
+                 snap.state != "complete" or state != "complete", sessions, total)
 
 
-def _total(run: Any, snap: Any, done: int) -> int:
+def _timing(doc: dict[str, Any]) -> dict[str, float]:
+    return {k: float(doc[k]) for k in ("latency_ms", "latency_p20_ms", "latency_p80_ms")}
+
+
+def _total(run: Any, snapshot_total: int | None, done: int) -> int:
     from sweep.rundir import read_meta
     from sweep.spec import SpecError
 
     try:
         return int(read_meta(run)["total"])
     except SpecError:
-        return snap.total if snap is not None else done
+        return snapshot_total if snapshot_total is not None else done
 
 
-def _rank(ok: list[dict[str, Any]], best_doc: dict[str, Any] | None, snap: Any,
-          work: dict[str, float]) -> list[Ranked]:
-    if best_doc is not None:
-        finalists, winner = best_doc["finalists"], best_doc["index"]
-    elif snap is not None:  # a run still going, or one whose best.json is lost
-        finalists, winner = snap.finalists, snap.best.index if snap.best else None
-    else:
-        finalists, winner = [], None
-    retimed = {f["index"]: f for f in finalists}
+def _rank(ok: list[dict[str, Any]], pick: _Pick, work: dict[str, float]) -> list[Ranked]:
+    """Each device type's settled best and the finalists (by their re-timing, the one
+    pass's where not re-timed), then the rest by the one pass. The winner, the fastest
+    settled best, comes first."""
+    retimed = pick.finalists
 
     def key(r: dict[str, Any]) -> tuple[int, float, int]:
         f = retimed.get(r["index"])
-        return (0, f["latency_ms"], r["index"]) if f else (1, r["latency_ms"], r["index"])
+        if f is not None:
+            return 0, f["latency_ms"], r["index"]
+        return (0 if r["index"] in pick.settled else 1), r["latency_ms"], r["index"]
 
     out = []
     for rank, r in enumerate(sorted(ok, key=key), 1):
@@ -252,7 +294,7 @@ def _rank(ok: list[dict[str, Any]], best_doc: dict[str, Any] | None, snap: Any,
             retimed_p20_ms=f["latency_p20_ms"] if f else None,
             retimed_p80_ms=f["latency_p80_ms"] if f else None,
             tflops=_rate(work.get("flops"), ms, 1e12), gbps=_rate(work.get("bytes_moved"), ms, 1e9),
-            winner=r["index"] == winner))
+            winner=r["index"] == pick.winner))
     return out
 
 
@@ -260,49 +302,70 @@ def _rate(amount: float | None, ms: float, unit: float) -> float | None:
     return amount / (ms * 1e-3) / unit if amount and ms > 0 else None
 
 
-def _baseline(best_doc: dict[str, Any] | None, snap: Any,
-              ranked: list[Ranked]) -> list[Baseline]:
-    timed = (best_doc or {}).get("baseline") or (snap.baseline if snap else {})
+def _baseline(timed: dict[str, dict[str, Any]], ranked: list[Ranked]) -> list[Baseline]:
     out = []
     for device, t in sorted(timed.items()):
         on_device = [r for r in ranked if r.device == device]
         if not on_device:
             continue
         best = on_device[0].best_ms  # the ranking's first on the device: its best
-        out.append(Baseline(device, t.get("of", "baseline"), t["latency_ms"],
-                            t["latency_p20_ms"], t["latency_p80_ms"], best,
-                            t["latency_ms"] / best))
+        out.append(Baseline(device, t["of"], t["latency_ms"], t["latency_p20_ms"],
+                            t["latency_p80_ms"], best, t["latency_ms"] / best))
     return out
 
 
-def _effects(rows: list[dict[str, Any]], parameters: list[str],
+def _positions(rows: list[dict[str, Any]], parameters: list[str],
+               space: dict[str, list[Any]]) -> dict[str, list[int | None]]:
+    """Each row's value of each parameter as its position in the spec's list (None: not
+    in it), computed once for the effects and every heatmap."""
+    out: dict[str, list[int | None]] = {}
+    for p in parameters:
+        values = space[p]
+        seen: dict[tuple[type, Any], int | None] = {}
+        column = []
+        for r in rows:
+            v = r[p]
+            key = (type(v), v)
+            if key not in seen:
+                seen[key] = _position(values, v)
+            column.append(seen[key])
+        out[p] = column
+    return out
+
+
+def _effects(rows: list[dict[str, Any]], positions: dict[str, list[int | None]],
              space: dict[str, list[Any]]) -> list[Effect]:
     out = []
-    for p in parameters:
-        values = []
-        for v in space[p]:
-            with_v = [r for r in rows if _same(r[p], v)]
-            lat = [r["latency_ms"] for r in with_v if r["status"] == "ok"]
-            values.append(ValueEffect(v, len(with_v), len(lat),
-                                      statistics.median(lat) if lat else None,
-                                      min(lat) if lat else None))
-        out.append(Effect(p, values))
+    for p, column in positions.items():
+        trials = [0] * len(space[p])
+        latencies: list[list[float]] = [[] for _ in space[p]]
+        for r, at in zip(rows, column):
+            if at is None:
+                continue
+            trials[at] += 1
+            if r["status"] == "ok":
+                latencies[at].append(r["latency_ms"])
+        out.append(Effect(p, [
+            ValueEffect(v, n, len(lat), statistics.median(lat) if lat else None,
+                        min(lat) if lat else None)
+            for v, n, lat in zip(space[p], trials, latencies)]))
     return out
 
 
-def _heatmaps(rows: list[dict[str, Any]], parameters: list[str],
+def _heatmaps(rows: list[dict[str, Any]], positions: dict[str, list[int | None]],
               space: dict[str, list[Any]]) -> list[Heatmap]:
-    varied = [p for p in parameters if len(space[p]) > 1]
+    varied = [p for p in positions if len(space[p]) > 1]
+    ok = [i for i, r in enumerate(rows) if r["status"] == "ok"]
     out = []
     for i, x in enumerate(varied):
         for y in varied[i + 1:]:
             grid: list[list[float | None]] = [[None] * len(space[x]) for _ in space[y]]
-            for r in rows:
-                col, row = _position(space[x], r[x]), _position(space[y], r[y])
-                if r["status"] != "ok" or col is None or row is None:
+            for k in ok:
+                col, row = positions[x][k], positions[y][k]
+                if col is None or row is None:
                     continue
-                seen = grid[row][col]
-                grid[row][col] = r["latency_ms"] if seen is None else min(seen, r["latency_ms"])
+                ms, seen = rows[k]["latency_ms"], grid[row][col]
+                grid[row][col] = ms if seen is None else min(seen, ms)
             out.append(Heatmap(x, y, list(space[x]), list(space[y]), grid))
     return out
 

@@ -34,7 +34,10 @@ def report(path: Path, top: int, out: Console, *, as_json: bool = False,
     """`sweep report DIR`: the text report (or its JSON), and the HTML report and PNGs
     where asked. Every figure comes from sweep.analysis."""
     from sweep.analysis import analyse
+    from sweep.spec import SpecError
 
+    if top < 0:
+        raise SpecError(f"--top: expected 0 or more, got {top}")
     analysis = analyse(path)
     # The files first: a reader that closes stdout early (`| head`) must not lose them.
     written = []
@@ -68,6 +71,9 @@ def text_report(a: Analysis, top: int) -> list[str]:
         partial = " (partial: not a complete run's settled pick)" if a.partial else ""
         lines.append(f"winner: #{winner.index} {json.dumps(winner.config, sort_keys=True)} "
                      f"{_latency(winner)}{_throughput(winner)}{partial}")
+    elif a.ranked and a.state == "complete":
+        lines.append(f"winner: best.json and snapshot.json missing or damaged (sweep resume "
+                     f"{a.path} rebuilds them)")
     elif a.ranked:
         lines.append("winner: none recorded yet")
     else:

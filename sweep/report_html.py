@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -43,20 +44,22 @@ def render(a: Analysis, plotly_js: str) -> str:
         "effects": summary["effects"], "heatmaps": summary["heatmaps"],
         "rate": "tflops" if "flops" in a.work else "gbps" if "bytes_moved" in a.work else None,
     }
-    return (_PAGE
-            .replace("@@TITLE@@", html.escape(f"sweep report: {a.name}"))
-            .replace("@@SUMMARY@@", _summary(a))
-            .replace("@@TOP@@", _top(a))
-            .replace("@@FAILURES@@", _failures(a))
-            .replace("@@META@@", _metadata(a))
-            .replace("@@PLOTLY@@", plotly_js)
-            .replace("@@DATA@@", _script_json(data)))
+    parts = {"TITLE": html.escape(f"sweep report: {a.name}"), "SUMMARY": _summary(a),
+             "TOP": _top(a), "FAILURES": _failures(a), "META": _metadata(a),
+             "PLOTLY": plotly_js, "DATA": _script_json(data)}
+    # One pass: a part that happens to hold "@@DATA@@" (a run's name) stays text.
+    return _SLOT.sub(lambda m: parts[m.group(1)], _PAGE)
+
+
+_SLOT = re.compile(r"@@([A-Z]+)@@")
 
 
 def _script_json(value: Any) -> str:
-    """JSON that can sit inside a <script> element: no "</" to end it early, and no NaN
-    or infinity, which JSON.parse refuses."""
-    return json.dumps(_finite(value), default=str, allow_nan=False).replace("</", "<\\/")
+    """JSON that can sit inside a <script> element: no <, > or & for the HTML parser to
+    act on (a "</script>" or "<!--" in an error text), and no NaN or infinity, which
+    JSON.parse refuses."""
+    text = json.dumps(_finite(value), default=str, allow_nan=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _finite(value: Any) -> Any:
@@ -257,6 +260,7 @@ const COLUMNS = [
   {key: "worker", name: "worker", value: r => r.node + "/" + r.worker},
   {key: "attempt", name: "attempt"}, {key: "error", name: "error"},
 ];
+const MAX_ROWS = 20000;
 let sortCol = null, sortDir = 1;
 const head = document.querySelector("#trials thead tr");
 COLUMNS.forEach(c => {
@@ -292,7 +296,10 @@ function drawTable() {
   }
   document.querySelectorAll("#trials th").forEach(th => th.className =
     sortCol && th.dataset.key === sortCol.key ? (sortDir > 0 ? "sorted-asc" : "sorted-desc") : "");
-  document.querySelector("#trials tbody").innerHTML = rows.map(i => {
+  // Every trial is in the data and every sort and filter covers them all; the page draws
+  // the first MAX_ROWS of the result (a browser slows with hundreds of thousands).
+  const drawn = rows.slice(0, MAX_ROWS);
+  document.querySelector("#trials tbody").innerHTML = drawn.map(i => {
     const r = D.trials[i];
     return `<tr data-index="${r.index}"${r.winner ? ' class="winner"' : ""}>` +
       COLUMNS.map(c => c.key === "status"
@@ -303,9 +310,13 @@ function drawTable() {
           "</td>"
       ).join("") + "</tr>";
   }).join("");
-  document.getElementById("shown").textContent = `${rows.length} of ${D.trials.length} trials`;
+  document.getElementById("shown").textContent = `${rows.length} of ${D.trials.length} trials` +
+    (rows.length > drawn.length ? ` (the first ${drawn.length} shown: filter to see others)` : "");
 }
-document.getElementById("filter").addEventListener("input", drawTable);
+let typing = null;
+document.getElementById("filter").addEventListener("input", () => {
+  clearTimeout(typing); typing = setTimeout(drawTable, 150);
+});
 statusSel.addEventListener("change", drawTable);
 drawTable();
 
@@ -326,8 +337,6 @@ const layout = (title, extra) => Object.assign({
   };
   const w = D.trials.find(r => r.winner);
   if (w) mark(w.latency_ms, "winner #" + w.index, "#b8860b");
-  const positive = xs.filter(x => x > 0);
-  const logx = positive.length > 1 && Math.max(...positive) / Math.min(...positive) > 20;
   Plotly.newPlot("plot-latency", [{type: "histogram", x: xs, marker: {color: COLORS.ok},
       nbinsx: Math.min(60, Math.max(10, Math.round(Math.sqrt(xs.length) * 2)))}],
     layout(`Latency of the ${xs.length} trials that worked (one pass)`,
@@ -374,7 +383,8 @@ function drawHeatmap() {
     return;
   }
   let xs = m.x_values.map(label), ys = m.y_values.map(label), z = m.best_ms;
-  if (flip) { [xs, ys] = [ys, xs]; z = xs.map((_, i) => ys.map((_, j) => m.best_ms[i][j])); }
+  // best_ms is [y][x]; swapped, the page's rows are the record's columns.
+  if (flip) { [xs, ys] = [ys, xs]; z = ys.map((_, i) => xs.map((_, j) => m.best_ms[j][i])); }
   Plotly.react("plot-heatmap", [{type: "heatmap", x: xs, y: ys, z, colorscale: "Viridis",
       reversescale: true, hoverongaps: false, colorbar: {title: {text: "ms"}}}],
     layout(`Best latency (ms) by ${flip ? m.y : m.x} and ${flip ? m.x : m.y}`,
@@ -385,7 +395,11 @@ hx.addEventListener("change", drawHeatmap); hy.addEventListener("change", drawHe
 drawHeatmap();
 
 (function timeline() {
-  const kinds = [...new Set(D.spans.map(s => s.kind))];
+  // Drawn in this order, the last on top: a trial is never hidden under a wait, and the
+  // rare failures stay visible where thousands of bars share a pixel.
+  const first = ["waiting", "starting", "ok"];
+  const kinds = [...new Set(D.spans.map(s => s.kind))].sort((a, b) =>
+    (first.includes(a) ? first.indexOf(a) : 9) - (first.includes(b) ? first.indexOf(b) : 9));
   const workers = [...new Set(D.spans.map(s => s.worker))];
   const traces = kinds.map(kind => {
     const ss = D.spans.filter(s => s.kind === kind);

@@ -118,14 +118,22 @@ def _timeline(a: Analysis) -> Any:
         return None
     workers = sorted({s.worker for s in a.spans}, reverse=True)
     fig, ax = _figure(10, max(2.0, 0.9 + 0.35 * len(workers)))
-    for kind in sorted({s.kind for s in a.spans}):
-        spans = [s for s in a.spans if s.kind == kind]
-        ax.barh([workers.index(s.worker) for s in spans], [s.end_s - s.start_s for s in spans],
-                left=[s.start_s for s in spans], color=COLORS.get(kind, "#888888"), label=kind,
-                height=0.7)
+    from matplotlib.patches import Patch
+
+    lanes: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for s in a.spans:
+        lanes.setdefault((s.worker, s.kind), []).append((s.start_s, s.end_s - s.start_s))
+    # One collection per worker and kind: a bar per trial would take seconds per thousand.
+    # Waits first, failures last (on top), as in the HTML report.
+    order = {"waiting": 0, "starting": 1, "ok": 2}
+    for (worker, kind), bars in sorted(lanes.items(), key=lambda e: order.get(e[0][1], 3)):
+        ax.broken_barh(bars, (workers.index(worker) - 0.35, 0.7),
+                       facecolors=COLORS.get(kind, "#888888"))
+    kinds = sorted({kind for _, kind in lanes})
     ax.set_yticks(range(len(workers)), workers)
+    ax.legend(handles=[Patch(color=COLORS.get(k, "#888888"), label=k) for k in kinds],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set(xlabel="seconds since the run began",
            title=f"{a.name}: workers over time (grey: waiting for a compile or for work; "
                  "blue: starting)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig

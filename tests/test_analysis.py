@@ -34,10 +34,13 @@ BASELINE = {"latency_ms": 4.2, "latency_p20_ms": 4.1, "latency_p80_ms": 4.3, "of
 WORK = {"flops": 2e9, "bytes_moved": 4e6}
 
 
-def write_run(tmp_path, *, finished=True):
+def write_run(tmp_path, *, finished=True, name="sim", errors=None, devices=None,
+              finalists=RETIMED, winner=(5, 2.1)):
+    """errors, devices: a trial's error text or device type instead of the table's."""
     spec = load_spec(simulate_spec(tmp_path / "s.yaml", space={"A": [1, 2, 4],
                                                                "B": ["x", "y"]}))
-    spec = dataclasses.replace(spec, work=WORK)
+    spec = dataclasses.replace(spec, work=WORK, name=name)
+    errors, devices = errors or {}, devices or {}
     space = spec.expand()
     assert [space.config(i) for i in range(6)] == [
         {"A": a, "B": b} for a in (1, 2, 4) for b in ("x", "y")]
@@ -48,25 +51,27 @@ def write_run(tmp_path, *, finished=True):
         TrialRecord(index=i, config=space.config(i), status=status,
                     latency_ms=t[0] if t else None, latency_p20_ms=t[1] if t else None,
                     latency_p80_ms=t[2] if t else None,
-                    validation="skipped", error=error, compile_ms=None, device="simulated",
+                    validation="skipped", error=errors.get(i, error), compile_ms=None,
+                    device=devices.get(i, "simulated"),
                     node=NODE, worker=worker, attempt=1, started_at=start, finished_at=end)
         for i, (status, t, worker, start, end, error) in TRIALS.items()]
     with RunLog(run, spec.fingerprint) as log:
         log.commit(records, [], [None] * len(records))
     state = "complete" if finished else "running"
     rundir.write_trials(run, spec, space, state)
-    winner = Best(5, space.config(5), 2.1, "simulated")
-    finalists = [{"index": i, "config": space.config(i), "device": "simulated",
-                  "sweep_latency_ms": TRIALS[i][1][0], "latency_ms": m,
-                  "latency_p20_ms": lo, "latency_p80_ms": hi}
-                 for i, (m, lo, hi) in RETIMED.items()]
+    best = Best(winner[0], space.config(winner[0]), winner[1],
+                devices.get(winner[0], "simulated"))
+    retimed = [{"index": i, "config": space.config(i), "device": "simulated",
+                "sweep_latency_ms": TRIALS[i][1][0], "latency_ms": m,
+                "latency_p20_ms": lo, "latency_p80_ms": hi}
+               for i, (m, lo, hi) in finalists.items()]
+    by_device = {"simulated": Best(5, space.config(5), 2.1, "simulated"), best.device: best}
     if finished:
-        write_best(run.best, winner, fingerprint=spec.fingerprint, partial=False,
-                   finalists=finalists, by_device={"simulated": winner},
-                   baseline={"simulated": BASELINE})
+        write_best(run.best, best, fingerprint=spec.fingerprint, partial=False,
+                   finalists=retimed, by_device=by_device, baseline={"simulated": BASELINE})
         write_snapshot(run.snapshot, Snapshot(
-            "complete", spec.fingerprint, 6, 6, {"ok": 4, "compile_error": 2}, winner,
-            finalists=finalists, by_device={"simulated": winner},
+            "complete", spec.fingerprint, 6, 6, {"ok": 4, "compile_error": 2}, best,
+            finalists=retimed, by_device=by_device,
             baseline={"simulated": BASELINE}, sessions=SESSIONS))
     else:  # still going: no re-timing yet, and the best so far is the one pass's
         so_far = Best(1, space.config(1), 2.0, "simulated")
@@ -192,3 +197,46 @@ def test_the_comparison_with_torch_reads_both_ways(speedup, text):
     from sweep.report import speedup_text
 
     assert speedup_text(speedup) == text
+
+
+def test_a_device_types_best_settled_by_its_one_pass_can_win_and_ranks_first(tmp_path):
+    # #1 ran alone on another device type: nothing to re-time it against, so its one pass
+    # (2.0 ms) is its type's best, and the fastest of the types' bests (best.json's pick).
+    path = write_run(tmp_path, devices={1: "other"}, finalists={5: (2.1, 2.0, 2.2),
+                                                                3: (3.3, 3.2, 3.4)},
+                     winner=(1, 2.0))
+    a = analyse(path)
+    assert a.winner == 1
+    assert [(r.rank, r.index, r.winner) for r in a.ranked] == \
+        [(1, 1, True), (2, 5, False), (3, 3, False), (4, 0, False)]
+
+
+def test_a_best_json_that_parses_but_is_damaged_leaves_the_snapshots_account(tmp_path):
+    path = write_run(tmp_path)
+    doc = json.loads((path / "best.json").read_text())
+    doc["finalists"] = None
+    (path / "best.json").write_text(json.dumps(doc))
+    a = analyse(path)  # no traceback: the snapshot holds the same pick
+    assert a.winner == 5 and [r.index for r in a.ranked] == [5, 1, 3, 0]
+    assert a.ranked[0].retimed_ms == 2.1 and a.baseline[0].speedup == pytest.approx(2.0)
+
+
+def test_while_a_resumed_run_goes_the_earlier_best_json_is_not_its_pick(tmp_path):
+    path = write_run(tmp_path)
+    snap = json.loads((path / "snapshot.json").read_text())["snapshot"]
+    write_snapshot(path / "snapshot.json", Snapshot(
+        "running", snap["fingerprint"], 6, 6, snap["counts"],
+        Best(1, {"A": 1, "B": "y"}, 2.0, "simulated")))
+    a = analyse(path)
+    assert a.partial is True and a.winner == 1 and a.ranked[0].retimed_ms is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--top", "-1"], "--top: expected 0 or more, got -1"),
+    ([], "no such run directory"),
+])
+def test_bad_report_arguments_are_one_line(tmp_path, capsys, args, message):
+    target = write_run(tmp_path) if args else tmp_path / "nowhere"
+    assert sweep_cli("report", target, *args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

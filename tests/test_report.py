@@ -94,7 +94,8 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                 "--disable-gpu", "--window-size=1400,1000"):
         options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # performance: the DevTools network events, to see what the page fetches
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     yield driver
     driver.quit()
@@ -111,6 +112,8 @@ def test_the_html_report_renders_in_chromium_and_sorts_the_winner_first(quicksta
         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == []
+    fetched = _requests(browser)
+    assert fetched and all(url.startswith(("file:", "data:")) for url in fetched), fetched
 
     def shown():
         return [int(r.get_attribute("data-index"))
@@ -129,13 +132,54 @@ def test_the_html_report_renders_in_chromium_and_sorts_the_winner_first(quicksta
     Select(browser.find_element(By.ID, "status-filter")).select_by_value("compile_error")
     assert shown() == [r["index"] for r in table if r["status"] == "compile_error"]
     Select(browser.find_element(By.ID, "status-filter")).select_by_value("")
-    box = browser.find_element(By.ID, "filter")
-    box.send_keys("cpu-interpreter")
-    assert len(shown()) == len(table)
-    # The heatmap follows the parameters picked.
-    Select(browser.find_element(By.ID, "heat-y")).select_by_value("BLOCK_K")
+    browser.find_element(By.ID, "filter").send_keys("power of 2")  # the errors' text
+    failed = [r["index"] for r in table if "power of 2" in (r["error"] or "")]
+    assert failed and len(failed) < len(table)
+    WebDriverWait(browser, 10).until(lambda d: shown() == failed)
+
+    # The heatmap follows the parameters picked, either way round: rows BLOCK_M, columns
+    # BLOCK_K (the record holds them the other way), each cell the best latency there.
+    Select(browser.find_element(By.ID, "heat-x")).select_by_value("BLOCK_K")
+    Select(browser.find_element(By.ID, "heat-y")).select_by_value("BLOCK_M")
     title = browser.find_element(By.CSS_SELECTOR, "#plot-heatmap .gtitle").text
-    assert title == "Best latency (ms) by BLOCK_M and BLOCK_K"
+    assert title == "Best latency (ms) by BLOCK_K and BLOCK_M"
+    z = browser.execute_script("return document.getElementById('plot-heatmap').data[0].z")
+    expected = [[min((r["latency_ms"] for r in table if r["status"] == "ok" and
+                      (r["BLOCK_M"], r["BLOCK_K"]) == (m, k)), default=None)
+                 for k in (16, 32, 48)] for m in (32, 64)]
+    assert z == expected
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def _requests(browser):
+    """The URLs the page asked for, from the DevTools log."""
+    events = (json.loads(e["message"])["message"] for e in browser.get_log("performance"))
+    return [e["params"]["request"]["url"] for e in events
+            if e["method"] == "Network.requestWillBeSent"]
+
+
+def test_text_from_a_run_stays_text_in_the_html_report(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_analysis import write_run
+
+    from sweep.analysis import analyse
+    from sweep.report_html import write_html
+
+    # An error text that would end the data's <script> early, or comment the rest out,
+    # and markup in a run's name.
+    hostile = '</script><!--<script><img src=x onerror="document.title=1">'
+    path = write_run(tmp_path, name="@@DATA@@ <b>bold</b>", errors={2: hostile})
+    write_html(analyse(path), tmp_path / "r.html")
+    browser.get((tmp_path / "r.html").as_uri())
+    WebDriverWait(browser, 30).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "sweep report: @@DATA@@ <b>bold</b>"
+    rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
+    assert [int(r.get_attribute("data-index")) for r in rows] == list(range(6))
+    assert rows[2].find_element(By.XPATH, "td[last()]").get_attribute("title") == hostile
+    assert browser.title == "sweep report: @@DATA@@ <b>bold</b>"  # no onerror ran
+    assert not any("/x" in url for url in _requests(browser))
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
