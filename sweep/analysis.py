@@ -95,7 +95,7 @@ class Span:
     worker: str  # "node/worker", with "sN " in front when the run had several sessions
     start_s: float  # since the run's first session began (its first trial, if unknown)
     end_s: float
-    kind: str  # a trial's status, "waiting" or "starting"
+    kind: str  # a trial's status, "waiting", "starting" or "re-timing" (the finalists)
     index: int | None  # the trial's
 
 
@@ -160,8 +160,10 @@ def analyse(path: Path) -> Analysis:
     from sweep.spec import SpecError
 
     run = RunDir(path)
-    if not path.is_dir():
+    if not path.exists():
         raise SpecError(f"{path}: no such run directory")
+    if not path.is_dir():
+        raise SpecError(f"{path}: not a run directory (a file)")
     if not run.meta.exists() and not run.trials.exists():
         raise SpecError(f"{path}: not a sweep run directory (no run.json)")
     if not run.trials.exists():
@@ -192,9 +194,10 @@ def analyse(path: Path) -> Analysis:
     first = min((r["started_at"].timestamp() for r in rows), default=0.0)
     t0 = sessions[0] if sessions and sessions[0] <= first else first
     spans, workers = _timeline(rows, sessions, t0)
+    spans += _retiming(pick.timeline, len(sessions), t0)
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
-        kernel=spec.get("kernel", "?"), backend=spec.get("backend", "?"),
+        kernel=spec.get("kernel", "?"), backend=_backend(run, spec.get("backend", "?")),
         total=_total(run, pick.total, len(rows)), done=len(rows),
         counts=dict(sorted(counts.items())),
         errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
@@ -221,6 +224,7 @@ class _Pick:
     partial: bool
     sessions: list[float]  # each session's start, where the snapshot knows them
     total: int | None
+    timeline: dict[str, float]  # the last session's phases (Snapshot.timeline)
 
 
 def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
@@ -234,6 +238,7 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
         snap = None
     sessions = _session_starts(snap)
     total = snap.total if snap is not None else None
+    timeline = dict(snap.timeline) if snap is not None else {}
     doc = read_best(run.best, fingerprint)
     if doc is not None and (snap is None or snap.state != "running"):
         try:
@@ -243,21 +248,32 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
                 | ({doc["index"]} if doc["index"] is not None else set()),
                 {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
                  for d, t in (doc.get("baseline") or {}).items()},
-                bool(doc["partial"]) or state != "complete", sessions, total)
+                bool(doc["partial"]) or state != "complete", sessions, total, timeline)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # parses, but not as this tool writes it: the snapshot's account stands
     if snap is None:
-        return _Pick(None, {}, set(), {}, True, sessions, total)
+        return _Pick(None, {}, set(), {}, True, sessions, total, timeline)
     return _Pick(snap.best.index if snap.best else None,
                  {int(f["index"]): _timing(f) for f in snap.finalists},
                  {b.index for b in snap.by_device.values()},
                  {d: {**_timing(t), "of": t.get("of", "baseline")}
                   for d, t in snap.baseline.items()},
-                 snap.state != "complete" or state != "complete", sessions, total)
+                 snap.state != "complete" or state != "complete", sessions, total, timeline)
 
 
 def _timing(doc: dict[str, Any]) -> dict[str, float]:
     return {k: float(doc[k]) for k in ("latency_ms", "latency_p20_ms", "latency_p80_ms")}
+
+
+def _backend(run: Any, written: str) -> str:
+    """The backend the run used (run.json's: `auto` resolved), else the spec's."""
+    from sweep.rundir import read_meta
+    from sweep.spec import SpecError
+
+    try:
+        return str(read_meta(run)["backend"])
+    except SpecError:
+        return written
 
 
 def _total(run: Any, snapshot_total: int | None, done: int) -> int:
@@ -425,6 +441,16 @@ def _timeline(rows: list[dict[str, Any]], starts: list[float], t0: float
         uses.append(WorkerUse(name, trials[0]["device"], len(trials), busy, waiting,
                               busy / total if total > 0 else 1.0, starting))
     return spans, uses
+
+
+def _retiming(timeline: dict[str, float], sessions: int, t0: float) -> list[Span]:
+    """The last session's re-timing of its finalists (on one worker of each device type,
+    after the last trial), on a lane of its own: seconds of the command no trial shows."""
+    begun, done = timeline.get("trials_done"), timeline.get("finalists_done")
+    if begun is None or done is None or done < begun:
+        return []
+    lane = f"s{sessions} finalists" if sessions > 1 else "finalists"
+    return [Span(lane, begun - t0, done - t0, "re-timing", None)]
 
 
 def _trials(rows: list[dict[str, Any]], parameters: list[str],

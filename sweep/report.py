@@ -82,7 +82,7 @@ def text_report(a: Analysis, top: int) -> list[str]:
         lines.append(f"{baseline_name(b)} on {b.device}: {b.latency_ms:.4g} ms "
                      f"[{b.latency_p20_ms:.4g}–{b.latency_p80_ms:.4g}]; the best config "
                      f"{speedup_text(b.speedup)}{baseline_note(b)}")
-    if a.ranked:
+    if a.ranked and top > 0:
         lines.append(f"top {min(top, len(a.ranked))} of {len(a.ranked)} that worked "
                      "(★ the winner; finalists by their side-by-side re-timing, then the "
                      "rest by the sweep's one pass):")

@@ -28,9 +28,11 @@ def write_html(analysis: Analysis, path: Path) -> None:
     try:
         from plotly.offline import get_plotlyjs
     except ImportError:
-        raise SpecError("--html: needs plotly (pip install 'triton-sweep[report]')") from None
+        raise SpecError("--html: needs plotly (pip install 'triton-sweep[report]'; from a "
+                        "clone, pip install -e '.[report]')") from None
     page = render(analysis, get_plotlyjs())
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomically(path, page.encode())
     except OSError as e:
         raise SpecError(f"--html: {path}: {e.strerror or e}") from None
@@ -214,7 +216,8 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
  <div class="plot wide"><div id="plot-timeline"></div>
   <p class="note">Each worker's trials over time, coloured by status; grey: the worker waited
   between two trials (for a compile, or for work); blue: its session starting (Ray, the
-  workers, the first compiles) before its first trial.</p></div>
+  workers, the first compiles) before its first trial; yellow: the fastest configs
+  re-timed side by side after the last trial.</p></div>
 </div>
 <h2>Every trial</h2>
 <div class="controls">
@@ -233,7 +236,7 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
 const D = JSON.parse(document.getElementById("sweep-data").textContent);
 const COLORS = {ok: "#3a9d5d", compile_error: "#f08c2e", runtime_error: "#d64545",
   incorrect: "#8e5cc4", timeout: "#9a7443", crashed: "#333333", waiting: "#cfd3da",
-  starting: "#a9c4e4"};
+  starting: "#a9c4e4", "re-timing": "#e0b84a"};
 // The mode bar (zoom, save as PNG) shows while the pointer is on a plot, over its title.
 const CONFIG = {displaylogo: false, responsive: true, displayModeBar: "hover"};
 const fmt = v => v === null || v === undefined ? "" :
@@ -250,10 +253,12 @@ const COLUMNS = [
   ...D.parameters.map(p => ({key: p, name: p})),
   {key: "status", name: "status"},
   {key: "latency", name: "latency ms", value: r => r.retimed_ms ?? r.latency_ms,
-   sortBy: r => r.rank},
-  {key: "latency_ms", name: "one pass ms"},
-  {key: "retimed_ms", name: "re-timed ms"},
-  {key: "latency_p20_ms", name: "p20"}, {key: "latency_p80_ms", name: "p80"},
+   sortBy: r => r.rank,
+   tip: "re-timed side by side for a finalist, else the one pass; sorts by the ranking"},
+  {key: "latency_ms", name: "one pass ms", tip: "the sweep's one timing of this config"},
+  {key: "latency_p20_ms", name: "one pass p20", tip: "spread of the one pass"},
+  {key: "latency_p80_ms", name: "one pass p80", tip: "spread of the one pass"},
+  {key: "retimed_ms", name: "re-timed ms", tip: "finalists only: the side-by-side re-timing"},
   ...(rateKey ? [{key: rateKey, name: rateName}] : []),
   {key: "compile_ms", name: "compile ms"}, {key: "validation", name: "validation"},
   {key: "device", name: "device"},
@@ -266,6 +271,7 @@ const head = document.querySelector("#trials thead tr");
 COLUMNS.forEach(c => {
   const th = document.createElement("th");
   th.textContent = c.name; th.dataset.key = c.key;
+  if (c.tip) th.title = c.tip;
   th.addEventListener("click", () => {
     sortDir = sortCol === c ? -sortDir : 1; sortCol = c; drawTable();
   });

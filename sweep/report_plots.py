@@ -14,7 +14,7 @@ from sweep.spec import SpecError
 # The HTML report's colours, so that both views read alike.
 COLORS = {"ok": "#3a9d5d", "compile_error": "#f08c2e", "runtime_error": "#d64545",
           "incorrect": "#8e5cc4", "timeout": "#9a7443", "crashed": "#333333",
-          "waiting": "#cfd3da", "starting": "#a9c4e4"}
+          "waiting": "#cfd3da", "starting": "#a9c4e4", "re-timing": "#e0b84a"}
 
 
 def write_plots(a: Analysis, out: Path) -> list[Path]:
@@ -24,9 +24,11 @@ def write_plots(a: Analysis, out: Path) -> list[Path]:
     try:
         import matplotlib
     except ImportError:
-        raise SpecError("--plot: needs matplotlib (pip install 'triton-sweep[report]')") \
-            from None
+        raise SpecError("--plot: needs matplotlib (pip install 'triton-sweep[report]'; from "
+                        "a clone, pip install -e '.[report]')") from None
     matplotlib.use("Agg")  # files only: no display needed, none opened
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--plot: {out}: not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -89,12 +91,16 @@ def _effects(a: Analysis) -> Any:
                label="median", color="#7aa6d8")
         ax.bar([i + 0.2 for i in at], [v.best_ms or 0 for v in e.values], 0.4,
                label="best", color="#2f5f98")
+        for i, v in zip(at, e.values):
+            if v.median_ms is None:
+                ax.text(i, 0, "none\nworked", ha="center", va="bottom", fontsize=8,
+                        color="#555555")
         ax.set_xticks(list(at), labels)
         ax.set(title=e.parameter, ylabel="ms")
     for ax in list(axes.flat)[len(varied):]:
         ax.axis("off")
     axes.flat[0].legend()
-    fig.suptitle(f"{a.name}: latency per parameter value (one pass; 0: none worked)")
+    fig.suptitle(f"{a.name}: latency per parameter value (one pass)")
     fig.tight_layout()
     return fig
 
@@ -108,6 +114,11 @@ def _heatmap(a: Analysis) -> Any:
     image = ax.imshow(z, cmap="viridis_r", origin="lower", aspect="auto")
     ax.set_xticks(range(len(m.x_values)), [json.dumps(v) for v in m.x_values])
     ax.set_yticks(range(len(m.y_values)), [json.dumps(v) for v in m.y_values])
+    if len(m.x_values) * len(m.y_values) <= 64:  # room to write each cell's value
+        for row, values in enumerate(m.best_ms):
+            for col, v in enumerate(values):
+                ax.text(col, row, "—" if v is None else f"{v:.3g}", ha="center", va="center",
+                        fontsize=8, color="white" if v is not None else "#555555")
     ax.set(xlabel=m.x, ylabel=m.y, title=f"{a.name}: best latency (ms) by {m.x} and {m.y}")
     fig.colorbar(image, ax=ax, label="ms")
     return fig
@@ -135,5 +146,5 @@ def _timeline(a: Analysis) -> Any:
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set(xlabel="seconds since the run began",
            title=f"{a.name}: workers over time (grey: waiting for a compile or for work; "
-                 "blue: starting)")
+                 "blue: starting; yellow: finalists re-timed)")
     return fig

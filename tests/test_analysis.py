@@ -71,8 +71,8 @@ def write_run(tmp_path, *, finished=True, name="sim", errors=None, devices=None,
                    finalists=retimed, by_device=by_device, baseline={"simulated": BASELINE})
         write_snapshot(run.snapshot, Snapshot(
             "complete", spec.fingerprint, 6, 6, {"ok": 4, "compile_error": 2}, best,
-            finalists=retimed, by_device=by_device,
-            baseline={"simulated": BASELINE}, sessions=SESSIONS))
+            finalists=retimed, by_device=by_device, baseline={"simulated": BASELINE},
+            sessions=SESSIONS, timeline={"trials_done": 201.0, "finalists_done": 203.5}))
     else:  # still going: no re-timing yet, and the best so far is the one pass's
         so_far = Best(1, space.config(1), 2.0, "simulated")
         write_snapshot(run.snapshot, Snapshot(
@@ -137,6 +137,9 @@ def test_every_figure_matches_the_table_worked_out_by_hand(tmp_path):
     starting = [(s.worker, s.start_s, s.end_s) for s in a.spans if s.kind == "starting"]
     assert starting == [("s1 n1/w1", 0.0, 10.0), ("s1 n1/w2", 0.0, 10.0),
                         ("s2 n1/w1", 100.0, 110.0)]
+    # The last session re-timed its finalists from 201 s to 203.5 s.
+    [retiming] = [s for s in a.spans if s.kind == "re-timing"]
+    assert (retiming.worker, retiming.start_s, retiming.end_s) == ("s2 finalists", 111.0, 113.5)
     assert sorted(s.index for s in a.spans if s.index is not None) == list(range(6))
 
     # The HTML table's rows: every trial, in index order, with the ranking's columns.
