@@ -99,8 +99,9 @@ def _effects(a: Analysis) -> Any:
         ax.set(title=e.parameter, ylabel="ms")
     for ax in list(axes.flat)[len(varied):]:
         ax.axis("off")
-    axes.flat[0].legend()
-    fig.suptitle(f"{a.name}: latency per parameter value (one pass)")
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.suptitle(f"{a.name}: latency per parameter value (one pass)", x=0.01, ha="left")
+    fig.legend(handles, names, loc="upper right", ncols=2)
     fig.tight_layout()
     return fig
 
@@ -115,10 +116,13 @@ def _heatmap(a: Analysis) -> Any:
     ax.set_xticks(range(len(m.x_values)), [json.dumps(v) for v in m.x_values])
     ax.set_yticks(range(len(m.y_values)), [json.dumps(v) for v in m.y_values])
     if len(m.x_values) * len(m.y_values) <= 64:  # room to write each cell's value
+        low, high = image.get_clim()
         for row, values in enumerate(m.best_ms):
             for col, v in enumerate(values):
+                # Dark text on the light (fast) end of the scale, light on the dark end.
+                light = v is not None and high > low and (v - low) / (high - low) > 0.5
                 ax.text(col, row, "—" if v is None else f"{v:.3g}", ha="center", va="center",
-                        fontsize=8, color="white" if v is not None else "#555555")
+                        fontsize=8, color="white" if light else "black")
     ax.set(xlabel=m.x, ylabel=m.y, title=f"{a.name}: best latency (ms) by {m.x} and {m.y}")
     fig.colorbar(image, ax=ax, label="ms")
     return fig
