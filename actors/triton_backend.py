@@ -181,28 +181,31 @@ class TritonBackend:
         launches = [self._launcher(c) for c in configs]
         samples: list[list[float]] = [[] for _ in configs]
         torch_fn = self.kernel.baseline or self.kernel.reference
+
         baseline: list[float] | None = []
 
         def run_baseline() -> None:
             torch_fn(self.inputs, self.problem)
 
-        try:  # its first call's one-time costs (a library's set-up) are not its speed
-            run_baseline()
-        except Exception as e:
-            if not self.interpret and _is_sticky_cuda_error(e):
-                raise
-            baseline = None
+        def try_baseline(timed: bool) -> None:
+            nonlocal baseline
+            if baseline is None:
+                return
+            try:
+                if timed:
+                    baseline.append(self._time(run_baseline, *self.finalist_timing).median_ms)
+                else:
+                    run_baseline()
+            except Exception as e:
+                if not self.interpret and _is_sticky_cuda_error(e):
+                    raise
+                baseline = None
 
+        try_baseline(timed=False)  # one-time costs (a library's set-up) are not its speed
         for _ in range(rounds):
             for launch, got in zip(launches, samples):
                 got.append(self._time(launch, *self.finalist_timing).median_ms)
-            if baseline is not None:
-                try:
-                    baseline.append(self._time(run_baseline, *self.finalist_timing).median_ms)
-                except Exception as e:
-                    if not self.interpret and _is_sticky_cuda_error(e):
-                        raise
-                    baseline = None
+            try_baseline(timed=True)
         return Retimed([summarise(s) for s in samples],
                        summarise(baseline) if baseline else None,
                        "baseline" if self.kernel.baseline else "reference")

@@ -141,6 +141,11 @@ class Analysis:
     def top(self, k: int) -> list[Ranked]:
         return self.ranked[:k]
 
+    @property
+    def chosen(self) -> Ranked | None:
+        """The winner's row (ranked first, where a winner is recorded)."""
+        return next((r for r in self.ranked if r.winner), None)
+
     def summary(self, top: int) -> dict[str, Any]:
         """The JSON a script reads (`sweep report --json`): everything but the per-trial
         timeline, and the top `top` of the ranking."""
@@ -180,6 +185,7 @@ def analyse(path: Path) -> Analysis:
                           f"resume the run to rebuild it") from None
     fingerprint = meta.get("fingerprint", "")
     pick = _pick(run, fingerprint, meta.get("state", "?"))
+    run_meta = _run_meta(run)
     # The table's order, which is the spec's (the spec's JSON sorts its keys).
     parameters = [c for c in table.column_names if c in spec.get("space", {})]
     space = spec.get("space", {})
@@ -197,11 +203,13 @@ def analyse(path: Path) -> Analysis:
     spans += _retiming(pick.timeline, len(sessions), t0)
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
-        kernel=spec.get("kernel", "?"), backend=_backend(run, spec.get("backend", "?")),
-        total=_total(run, pick.total, len(rows)), done=len(rows),
+        # run.json's backend has `auto` resolved; its total counts every config.
+        kernel=spec.get("kernel", "?"), backend=run_meta.get("backend", spec.get("backend", "?")),
+        total=run_meta.get("total", pick.total if pick.total is not None else len(rows)),
+        done=len(rows),
         counts=dict(sorted(counts.items())),
         errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
-        winner=next((r.index for r in ranked if r.winner), None),
+        winner=pick.winner if any(r.winner for r in ranked) else None,
         partial=pick.partial, ranked=ranked, baseline=_baseline(pick.baseline, ranked),
         work=work,
         parameters=parameters, effects=_effects(rows, positions, space),
@@ -265,25 +273,15 @@ def _timing(doc: dict[str, Any]) -> dict[str, float]:
     return {k: float(doc[k]) for k in ("latency_ms", "latency_p20_ms", "latency_p80_ms")}
 
 
-def _backend(run: Any, written: str) -> str:
-    """The backend the run used (run.json's: `auto` resolved), else the spec's."""
+def _run_meta(run: Any) -> dict[str, Any]:
+    """run.json, or nothing where it is missing or damaged (the table and snapshot stand)."""
     from sweep.rundir import read_meta
     from sweep.spec import SpecError
 
     try:
-        return str(read_meta(run)["backend"])
+        return read_meta(run)
     except SpecError:
-        return written
-
-
-def _total(run: Any, snapshot_total: int | None, done: int) -> int:
-    from sweep.rundir import read_meta
-    from sweep.spec import SpecError
-
-    try:
-        return int(read_meta(run)["total"])
-    except SpecError:
-        return snapshot_total if snapshot_total is not None else done
+        return {}
 
 
 def _rank(ok: list[dict[str, Any]], pick: _Pick, work: dict[str, float]) -> list[Ranked]:

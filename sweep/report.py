@@ -18,7 +18,7 @@ from sweep.tally import Tally
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sweep.analysis import Analysis, Baseline, Ranked
+    from sweep.analysis import Analysis, Baseline, Ranked, WorkerUse
 
 # Numbers in an error's text (a max error, a size) would split one cause into many groups.
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -66,7 +66,7 @@ def text_report(a: Analysis, top: int) -> list[str]:
     lines = [f"{a.path}: {a.state} · {a.name} ({a.kernel} on {', '.join(a.devices) or '?'})"
              f" · {a.done} of {a.total} trials · "
              + (" · ".join(f"{k} {v}" for k, v in a.counts.items()) or "none")]
-    winner = next((r for r in a.ranked if r.winner), None)
+    winner = a.chosen
     if winner is not None:
         partial = " (partial: not a complete run's settled pick)" if a.partial else ""
         lines.append(f"winner: #{winner.index} {json.dumps(winner.config, sort_keys=True)} "
@@ -87,7 +87,7 @@ def text_report(a: Analysis, top: int) -> list[str]:
                      "(★ the winner; finalists by their side-by-side re-timing, then the "
                      "rest by the sweep's one pass):")
         lines.append(f"  {'rank':>6} {'index':>6}  {'re-timed ms [p20–p80]':<26} "
-                     f"{'one pass ms [p20–p80]':<26} {_rate_header(a):<8} config")
+                     f"{'one pass ms [p20–p80]':<26} {rate_unit(a):<8} config")
         for r in a.top(top):
             retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
                 if r.retimed_ms is not None else "—"
@@ -113,11 +113,15 @@ def text_report(a: Analysis, top: int) -> list[str]:
     if a.workers:
         lines.append("workers (busy: share of the time from a worker's first trial to its "
                      "last spent running trials; the rest it waited for compiles or work):")
-        lines += [f"  {w.worker} on {w.device}: {w.trials} trials, busy {w.busy_fraction:.0%}, "
-                  f"waited {w.waiting_s:.1f} s"
-                  + (f"; first trial {w.starting_s:.1f} s after its session began"
-                     if w.starting_s is not None else "") for w in a.workers]
+        lines += [f"  {w.worker} on {w.device}: {worker_use(w)}" for w in a.workers]
     return lines
+
+
+def worker_use(w: WorkerUse) -> str:
+    started = f"; first trial {w.starting_s:.1f} s after its session began" \
+        if w.starting_s is not None else ""
+    return (f"{w.trials} trials, busy {w.busy_fraction:.0%}, waited {w.waiting_s:.1f} s"
+            f"{started}")
 
 
 def _spread(median: float | None, p20: float | None, p80: float | None) -> str:
@@ -139,7 +143,7 @@ def _throughput(r: Ranked) -> str:
     return " · " + " · ".join(parts) if parts else ""
 
 
-def _rate_header(a: Analysis) -> str:
+def rate_unit(a: Analysis) -> str:
     return "TFLOP/s" if "flops" in a.work else "GB/s" if "bytes_moved" in a.work else ""
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from storage.atomic import write_bytes_atomically
 from sweep.analysis import Analysis, Ranked
-from sweep.report import baseline_name, baseline_note, speedup_text
+from sweep.report import baseline_name, baseline_note, rate_unit, speedup_text, worker_use
 from sweep.spec import SpecError
 
 
@@ -89,7 +89,7 @@ def _summary(a: Analysis) -> str:
                     + (f" · {a.sessions} sessions" if a.sessions > 1 else "")),
             ("kernel", f"{_e(a.kernel)} on {_e(', '.join(a.devices) or '?')}"),
             ("trials", f"{a.done} of {a.total} {chips}")]
-    winner = next((r for r in a.ranked if r.winner), None)
+    winner = a.chosen
     if winner is not None:
         how = (f"{_ms(winner.retimed_ms)} ms re-timed side by side "
                f"[{_ms(winner.retimed_p20_ms)}–{_ms(winner.retimed_p80_ms)}], one pass "
@@ -109,11 +109,7 @@ def _summary(a: Analysis) -> str:
                      f"; the best config {_e(speedup_text(b.speedup))}"
                      f"{_e(baseline_note(b))}"))
     for w in a.workers:
-        rows.append((f"worker {_e(w.worker)}",
-                     f"{w.trials} trials on {_e(w.device)}, busy {w.busy_fraction:.0%}, "
-                     f"waited {w.waiting_s:.1f} s"
-                     + (f"; first trial {w.starting_s:.1f} s after its session began"
-                        if w.starting_s is not None else "")))
+        rows.append((f"worker {_e(w.worker)}", f"on {_e(w.device)}: {_e(worker_use(w))}"))
     return "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
 
 
@@ -124,7 +120,7 @@ def _config(r: Ranked) -> str:
 def _top(a: Analysis, k: int = 10) -> str:
     if not a.ranked:
         return "<p>No trial succeeded.</p>"
-    rate = "TFLOP/s" if "flops" in a.work else "GB/s" if "bytes_moved" in a.work else None
+    rate = rate_unit(a) or None
     head = "".join(f"<th>{h}</th>" for h in (
         "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
         *([rate] if rate else []), "device", "config"))

@@ -65,7 +65,7 @@ def _latency(a: Analysis) -> Any:
     fig, ax = _figure(7, 4)
     ax.hist(xs, bins=min(60, max(10, round(math.sqrt(len(xs)) * 2))), color=COLORS["ok"],
             edgecolor="white")
-    winner = next((r for r in a.ranked if r.winner), None)
+    winner = a.chosen
     if winner is not None:
         ax.axvline(winner.latency_ms, color="#b8860b", linestyle=":",
                    label=f"winner #{winner.index}")
