@@ -226,6 +226,10 @@ class TrialWorker:
         return {"device": self.backend.device_name, "node": self.node, "worker": self.name,
                 "pid": os.getpid(), "versions": library_versions()}
 
+    def set_limit(self, limit: CompileLimit) -> None:
+        if self.pool is not None:
+            self.pool.set_limit(limit)
+
     def run(self, batch: Batch) -> Iterator[list[WorkerMessage]]:
         """Hold the batch: its configs start compiling at once, and `ahead` (configs some
         worker will get soon) when the pool has nothing else to do. Streams the batch's

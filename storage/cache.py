@@ -144,21 +144,25 @@ def declared_somewhere(kernel: str, declared: str, root: Path | None = None) -> 
                for e in map(read, sorted(root.glob("*.json")) if root.is_dir() else []))
 
 
+def of_kernel(kernel: str, root: Path | None = None) -> list[CacheEntry]:
+    """Every cached best for this kernel, of any problem, backend, device and versions."""
+    root = root or cache_dir()
+    found = []
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        entry = read(path)
+        if entry is not None and entry.kernel == kernel:
+            found.append(entry)
+    return found
+
+
 def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],
            fixed: Mapping[str, Any] | None = None,
            root: Path | None = None) -> list[CacheEntry]:
     """Every cached best for this kernel, problem and fixed arguments, on any backend,
     device and versions."""
-    root = root or cache_dir()
-    found = []
-    want = (kernel, kernel_source, dict(problem), dict(fixed or {}))
-    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
-        entry = read(path)
-        if entry is not None and (entry.kernel, entry.kernel_source, dict(entry.problem),
-                                  dict(entry.fixed)) == want:
-            found.append(entry)
-    return found
-
+    want = (kernel_source, dict(problem), dict(fixed or {}))
+    return [e for e in of_kernel(kernel, root)
+            if (e.kernel_source, dict(e.problem), dict(e.fixed)) == want]
 
 
 def answering(entries: list[CacheEntry], devices: Sequence[tuple[str, Mapping[str, str]]]

@@ -14,9 +14,12 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
-Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed"]
+Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed",
+                 "pruned"]
 Validation = Literal["passed", "failed", "skipped", "disabled"]
 STATUSES: tuple[str, ...] = get_args(Status)
+# A config the search decided not to run (sweep/search.py): a row, never a trial.
+PRUNED: Status = "pruned"
 VALIDATIONS: tuple[str, ...] = get_args(Validation)
 MAX_ERROR_CHARS = 2048
 

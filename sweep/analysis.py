@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.records import PRUNED
 from sweep.report import ErrorGroup, common_errors
 
 # A trial's columns that the HTML report's table and timeline carry (besides parameters).
@@ -189,17 +190,19 @@ def analyse(path: Path) -> Analysis:
     # The table's order, which is the spec's (the spec's JSON sorts its keys).
     parameters = [c for c in table.column_names if c in spec.get("space", {})]
     space = spec.get("space", {})
-    positions = _positions(rows, parameters, space)
-    ok = [r for r in rows if r["status"] == "ok"]
+    # A pruned row is a config the search did not run: no trial, no worker's time.
+    ran = [r for r in rows if r["status"] != PRUNED]
+    positions = _positions(ran, parameters, space)
+    ok = [r for r in ran if r["status"] == "ok"]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     work = {k: float(v) for k, v in spec.get("work", {}).items()}
     ranked = _rank(ok, pick, work)
     sessions = pick.sessions
-    first = min((r["started_at"].timestamp() for r in rows), default=0.0)
+    first = min((r["started_at"].timestamp() for r in ran), default=0.0)
     t0 = sessions[0] if sessions and sessions[0] <= first else first
-    spans, workers = _timeline(rows, sessions, t0)
+    spans, workers = _timeline(ran, sessions, t0)
     spans += _retiming(pick.timeline, len(sessions), t0)
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
@@ -212,8 +215,8 @@ def analyse(path: Path) -> Analysis:
         winner=pick.winner if any(r.winner for r in ranked) else None,
         partial=pick.partial, ranked=ranked, baseline=_baseline(pick.baseline, ranked),
         work=work,
-        parameters=parameters, effects=_effects(rows, positions, space),
-        heatmaps=_heatmaps(rows, positions, space), workers=workers,
+        parameters=parameters, effects=_effects(ran, positions, space),
+        heatmaps=_heatmaps(ran, positions, space), workers=workers,
         spans=spans, trials=_trials(rows, parameters, ranked, t0),
         sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
         versions=json.loads(meta.get("versions", "{}")),

@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("dir", type=Path)
     resume.add_argument("--retry", metavar="STATUS[,STATUS]",
                         help="run the configs recorded with these statuses again (e.g. "
-                             "timeout), compiles limited by run.trial_timeout_s alone")
+                             "timeout), compiles limited by run.trial_timeout_s alone; "
+                             "pruned: every config a search left out")
     _cluster_args(resume)
     best = sub.add_parser("best", help="a run's best config, or the cached best for a spec's "
                                        "kernel and problem: as JSON and a triton.Config line")

@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from actors.timing import Retimed
+from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
 from sweep.runtime import (
     BatchBegan,
@@ -183,10 +183,13 @@ class Driver:
                  on_snapshot: Callable[[], None], observers: Iterable[Observer] = (),
                  compile_limit: AdaptiveLimit | None = None,
                  on_compilers_up: Callable[[], None] = lambda: None,
-                 kinds: Sequence[str] = ()) -> None:
+                 kinds: Sequence[str] = (),
+                 feed: Callable[[list[TrialRecord]], Iterable[int]] | None = None) -> None:
         """on_compilers_up: called once, when a worker first runs a config its compile
         pool compiled (so the pool is up). kinds: the device type each worker asks for
-        (Placement.kinds; empty: any)."""
+        (Placement.kinds; empty: any). feed: told of each group of counted records,
+        returns configs to queue next (a search's next batches, see sweep/search.py);
+        the run ends when the queue is empty and nothing runs."""
         self.space = space
         self.runtime = runtime
         self.workers = workers
@@ -196,6 +199,8 @@ class Driver:
         # Configs are looked up when sent: a queued trial holds a shared empty one (at a
         # million trials, a dict each would be a hundred MB).
         self.queue: deque[Trial] = deque((i, _UNSENT, spent.get(i, 0) + 1) for i in todo)
+        self.spent = spent
+        self.feed = feed
         self.deaths = dict(deaths)
         # A trial whose worker died (possibly in an earlier session) runs alone next time.
         self.probation: set[int] = set(deaths)
@@ -273,7 +278,9 @@ class Driver:
     def run(self) -> Ending:
         if not self.queue:
             return "complete"
-        for k in range(min(self.workers, max(1, len(self.queue)))):
+        # A search queues its batches as outcomes come in: every worker has work soon.
+        wanted = self.workers if self.feed else min(self.workers, max(1, len(self.queue)))
+        for k in range(wanted):
             slot = _Slot(kind=self.kinds[k] if self.kinds else "")
             self.slots.append(slot)
             self._start(slot)
@@ -337,6 +344,9 @@ class Driver:
         # (a worker frozen right after its last record): close() stops that worker.
         if any(b.pending for s in self.slots for b in s.batches):
             return False
+        # A feed queues more as records are counted: none may wait uncounted.
+        if self.feed is not None and (self._writing is not None or self._records):
+            return False
         return not self.queue or self._budget_left() <= 0
 
     def _budget_left(self) -> int | float:
@@ -365,6 +375,24 @@ class Driver:
         # Each round times every finalist once: about one trial's worth of work.
         return self.runtime.retime(slot.name, configs, rounds,
                                    rounds * self.limits.trial_timeout_s, self.should_stop)
+
+    def retime_spread(self, configs: list[dict[str, Any]], device: str) -> list[Timing]:
+        """Time each config once more with the careful timing, spread over every worker
+        up on the device type at once (a successive-halving rung, see sweep/search.py);
+        the timings in the configs' order."""
+        slots = [s for s in self.slots if s.up and s.device == device] or \
+            [self._worker_on(device)]
+        shares = [configs[k::len(slots)] for k in range(len(slots))]
+        with ThreadPoolExecutor(len(slots), thread_name_prefix="rung") as pool:
+            results = list(pool.map(
+                lambda slot, share: self.runtime.retime(
+                    slot.name, share, 1, max(1, len(share)) * self.limits.trial_timeout_s,
+                    self.should_stop) if share else Retimed([]), slots, shares))
+        out: list[Timing] = [Timing(0.0, 0.0, 0.0)] * len(configs)
+        for k, retimed in enumerate(results):
+            for j, timing in enumerate(retimed.finalists):
+                out[k + j * len(slots)] = timing
+        return out
 
     def _worker_on(self, device: str | None) -> _Slot:
         """A worker that is up (on the device type, if given); started if there is none
@@ -667,8 +695,17 @@ class Driver:
             return
         self.timeline["last_trial_done"] = self.runtime.time()
         if self.compile_limit is not None:
+            before = self.compile_limit.current.seconds
             self.compile_limit.observe(records)
+            if self.compile_limit.current.seconds != before:
+                # Learnt now: compiles already running past it stop now, not when the next
+                # batch brings it (a search sends none while it waits on them).
+                for slot in self.slots:
+                    if slot.up:
+                        self.runtime.set_limit(slot.name, self.compile_limit.current)
         self.tally.add(records)
+        if self.feed is not None:
+            self.queue.extend((i, _UNSENT, self.spent.get(i, 0) + 1) for i in self.feed(records))
         try:
             for observer in self.observers:
                 observer.on_records(records, self.tally)

@@ -136,6 +136,9 @@ class RayRuntime:
         gen = actor.handle.run.remote(Batch(batch, list(trials), list(ahead), limit))
         actor.streams.append(_Stream(batch, len(trials), gen))
 
+    def set_limit(self, worker: str, limit: CompileLimit) -> None:
+        self._actors[worker].handle.set_limit.remote(limit)  # an answer is not awaited
+
     def _check_head(self) -> None:
         """Raises ClusterLost once the head has been away GCS_GRACE_S."""
         if self._watch is None:

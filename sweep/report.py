@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from storage.records import PRUNED
 from sweep import EXIT_OK
 from sweep.tally import Tally
 
@@ -64,7 +65,7 @@ def report(path: Path, top: int, out: Console, *, as_json: bool = False,
 
 def text_report(a: Analysis, top: int) -> list[str]:
     lines = [f"{a.path}: {a.state} · {a.name} ({a.kernel} on {', '.join(a.devices) or '?'})"
-             f" · {a.done} of {a.total} trials · "
+             f" · {how_many(a.done, a.total, a.counts.get(PRUNED, 0))} · "
              + (" · ".join(f"{k} {v}" for k, v in a.counts.items()) or "none")]
     winner = a.chosen
     if winner is not None:
@@ -193,7 +194,7 @@ def common_errors(table: pa.Table, top: int = 5) -> list[ErrorGroup]:
     first (ties: the lower index)."""
     rows = zip(table.column("index").to_pylist(), table.column("status").to_pylist(),
                table.column("error").to_pylist())
-    return _group(((i, s, e) for i, s, e in rows if s != "ok"), top)
+    return _group(((i, s, e) for i, s, e in rows if s not in ("ok", PRUNED)), top)
 
 
 def _group(failures: Iterable[tuple[int, str, str | None]], top: int) -> list[ErrorGroup]:
@@ -211,11 +212,18 @@ def resume_command(path: Path) -> str:
     return f"sweep resume {shlex.quote(str(path))}"
 
 
+def how_many(done: int, total: int, pruned: int) -> str:
+    """How much of the space a run has done; a search's pruned configs are not trials."""
+    if not pruned:
+        return f"{done} of {total} trials"
+    return f"{done - pruned} of {total} configs run, {pruned} pruned by the search"
+
+
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
                   elapsed_s: float, resume_options: str = "") -> None:
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
-    say(out, f"sweep {name}: {state} — {tally.done} of {tally.total} trials in "
-             f"{elapsed_s:.1f} s ({counts})")
+    done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0))
+    say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
     if tally.best:
         partial = "" if state == "complete" else " (partial)"
         # On a cluster of several device types, the best of each (the fastest first).

@@ -19,8 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
+from storage.records import PRUNED
 from sweep.analysis import Analysis, Ranked
-from sweep.report import baseline_name, baseline_note, rate_unit, speedup_text, worker_use
+from sweep.report import (
+    baseline_name,
+    baseline_note,
+    how_many,
+    rate_unit,
+    speedup_text,
+    worker_use,
+)
 from sweep.spec import SpecError
 
 
@@ -88,7 +96,7 @@ def _summary(a: Analysis) -> str:
     rows = [("run", f"{_e(a.path)} · {_e(a.state)}"
                     + (f" · {a.sessions} sessions" if a.sessions > 1 else "")),
             ("kernel", f"{_e(a.kernel)} on {_e(', '.join(a.devices) or '?')}"),
-            ("trials", f"{a.done} of {a.total} {chips}")]
+            ("trials", f"{_e(how_many(a.done, a.total, a.counts.get(PRUNED, 0)))} {chips}")]
     winner = a.chosen
     if winner is not None:
         how = (f"{_ms(winner.retimed_ms)} ms re-timed side by side "
@@ -186,6 +194,7 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
 .s-ok { background: #d8f0dc; } .s-compile_error { background: #ffe3c4; }
 .s-runtime_error { background: #ffd0d0; } .s-incorrect { background: #ead9f7; }
 .s-timeout { background: #eee0cc; } .s-crashed { background: #d4d4d4; }
+.s-pruned { color: #8a8f98; }
 .plots { display: grid; grid-template-columns: 1fr 1fr; gap: 18px; }
 .plot { border: 1px solid #e3e5ea; border-radius: 6px; padding: 8px; }
 .plot.wide { grid-column: 1 / -1; }

@@ -84,13 +84,17 @@ def default_out(spec: Spec) -> Path:
     return path
 
 
-def create(run: RunDir, spec: Spec, total: int, backend: str) -> None:
+def create(run: RunDir, spec: Spec, total: int, backend: str,
+           search: dict[str, Any] | None = None) -> None:
     """Lay down a new run in its (locked, empty of runs) directory. run.json goes last,
-    so a start cut short leaves no "run" behind."""
+    so a start cut short leaves no "run" behind. search: what a search decided at the
+    start and must decide the same on resume (its batch size, its warm start)."""
     write_bytes_atomically(run.spec, spec.as_yaml().encode())
     meta = {"fingerprint": spec.fingerprint, "declared": spec.declared_fingerprint,
             "name": spec.name, "total": total, "backend": backend,
             "created_at": time.time(), "versions": versions()}
+    if search is not None:
+        meta["search"] = search
     write_bytes_atomically(run.meta, (json.dumps(meta, indent=2) + "\n").encode())
 
 
@@ -105,7 +109,18 @@ def read_meta(run: RunDir) -> dict[str, Any]:
     if not isinstance(out["total"], int) or not all(
             isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")):
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
+    search = meta.get("search")
+    if search is not None:
+        if not (isinstance(search, dict) and _count_from(search.get("batch"), 1) and
+                isinstance(search.get("warm"), list) and
+                all(_count_from(i, 0) and i < out["total"] for i in search["warm"])):
+            raise SpecError(f"{run.meta}: unreadable (search: a value of the wrong type)")
+        out["search"] = search
     return out
+
+
+def _count_from(v: Any, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
 def versions() -> dict[str, str]:

@@ -124,6 +124,10 @@ class Runtime(Protocol):
         gets soon, which an idle compile pool may work on. `limit`: how long a compile may
         take from now on, when the driver has changed it."""
 
+    def set_limit(self, worker: str, limit: CompileLimit) -> None:
+        """Tell the worker's compile pool a new compile limit now, without a batch: its
+        compiles running past it stop (a search may send nothing until they end)."""
+
     def poll(self, timeout_s: float) -> list[Event]:
         """Events that have happened, waiting up to timeout_s for the first one."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -36,6 +37,7 @@ from storage.journal import (
     read_attempts,
 )
 from storage.lock import RunDirLock
+from storage.records import PRUNED, TrialRecord
 from storage.snapshot import (
     Best,
     SnapshotError,
@@ -53,10 +55,12 @@ from sweep.report import common_errors, print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
 from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
+from sweep.search import Search, batch_size, strategy
 from sweep.space import Space
 from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
 from sweep.tally import Tally
+from sweep.warm_start import warm_start
 
 # Batches big enough that Ray's per-call cost stays small next to the work they carry.
 TARGET_BATCH_S = 0.05
@@ -129,6 +133,9 @@ class Session:
     # which supersedes the record), compiles limited by run.trial_timeout_s alone
     retry: frozenset[str] = frozenset()
     order: list[int] | None = None  # every config in compile order, once computed
+    # What a search decided when the run was created (see rundir.create); from run.json
+    # on resume.
+    meta_search: dict[str, Any] | None = None
     ending: Ending | None = None  # set once execute() has decided
 
     @classmethod
@@ -213,7 +220,8 @@ class Session:
                 earlier = snap.sessions or ([[start, snap.written_at]] if start else [])
             except SnapshotError as e:
                 say(err, f"warning: {e}; rebuilding the run from the journal")
-        return cls(spec, space, path, lock, meta, complete, earlier)
+        return cls(spec, space, path, lock, meta, complete, earlier,
+                   meta_search=meta.get("search"))
 
     def execute(self, request: Request, stop: StopController, out: Console, err: Console,
                 started: float | None = None) -> int:
@@ -264,7 +272,9 @@ class Session:
                 self.ending = Ending("cached", cached=hits)
                 return EXIT_OK
         try:
+            # A search's first configs depend on the cluster's size: none compile early.
             if not self.meta and cluster.starts_local(address) and \
+                    self.spec.search.exhaustive and \
                     self.spec.run.backend in ("auto", "cuda") and \
                     os.environ.get("SWEEP_PRESTART") != "0":
                 self.prestart = Prestart.begin(
@@ -316,7 +326,9 @@ class Session:
                 return EXIT_OK
             if not self.meta:
                 _note_interpreted_options(self.spec, backend, err)
-                rundir.create(run, self.spec, len(self.space), backend)
+                self.meta_search = self._plan_search(backend, placement, err)
+                rundir.create(run, self.spec, len(self.space), backend,
+                              search=self.meta_search)
             return self._drive(run, backend, placement, loaded, request, stop, out, err, t0)
         finally:
             if self.prestart:
@@ -457,13 +469,34 @@ class Session:
                          f"{' or '.join(sorted(self.retry))}")
             tally = Tally.from_journal(len(self.space), records)
             done = records.column("index").to_numpy()
-        todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True).tolist()
         compiles = placement.compile_workers > 0
+        if loaded is not None and self.retry and not spec.search.exhaustive:
+            # Retried outcomes may change what the search decides: its pruned rows are
+            # decided again (a config it now runs, or prunes again, supersedes its row).
+            pruned = pc.equal(records.column("status"), PRUNED)
+            for i, attempt in zip(records.filter(pruned).column("index").to_pylist(),
+                                  records.filter(pruned).column("attempt").to_pylist()):
+                spent[i] = max(spent.get(i, 0), attempt)
+            records = records.filter(pc.invert(pruned))
+            tally = Tally.from_journal(len(self.space), records)
+            done = records.column("index").to_numpy()
+        search = self._search(records if loaded is not None else None, placement, err)
+        feed = None
+        if search is not None:
+            def feed(records: list[TrialRecord]) -> list[int]:
+                search.observe(records)
+                new = search.advance()
+                return compile_order(self.space, new) if compiles and new else new
+
+            todo = feed([])
+        else:
+            todo = np.setdiff1d(np.arange(len(self.space)), done, assume_unique=True).tolist()
         compile_limit = None
         if compiles:
             # The likely-slowest compiles go first, so that they are not the sweep's tail.
-            todo = self._full_order() if len(todo) == len(self.space) \
-                else compile_order(self.space, todo)
+            if search is None:
+                todo = self._full_order() if len(todo) == len(self.space) \
+                    else compile_order(self.space, todo)
             compile_limit = AdaptiveLimit(
                 spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
                 seen=zip(loaded.records.column("status").to_pylist(),
@@ -525,13 +558,19 @@ class Session:
                                 observers=[progress, *request.observers],
                                 compile_limit=compile_limit,
                                 on_compilers_up=self.prestart.stop_compiling
-                                if self.prestart else lambda: None, kinds=placement.kinds)
+                                if self.prestart else lambda: None, kinds=placement.kinds,
+                                feed=feed)
                 try:
                     ending = driver.run()
+                    if search is not None and ending == "complete" and search.settled() \
+                            and not should_stop():
+                        self._prune(search, done, spent, log, tally, progress)
                     self.timeline.update(driver.timeline, trials_done=time.time())
                     if ending == "complete" and not should_stop():
+                        promoted = self._halve(run, driver, progress) \
+                            if spec.search.strategy == "halving" else None
                         finalists, baseline, unsettled = self._retime_finalists(
-                            driver, tally, progress, should_stop)
+                            driver, tally, progress, should_stop, promoted)
                         self.timeline["finalists_done"] = time.time()
                     elif ending == "complete":  # stopped just as the last trial ended
                         unsettled = any(len(tally.leaders(spec.run.finalists, d)) >= 2
@@ -594,20 +633,114 @@ class Session:
         # A signal that lands during the final write of a finished run changes nothing.
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
+    def _plan_search(self, backend: str, placement: Placement,
+                     err: Console) -> dict[str, Any] | None:
+        """A new run's search decisions that must not change on resume: its batch size
+        (from this cluster's size) and its warm start (from the cache as it is now)."""
+        options = self.spec.search
+        if options.exhaustive:
+            return None
+        batch = batch_size(options, placement.workers, placement.compile_workers)
+        warm = warm_start(self.spec, self.space, backend)
+        plan: dict[str, Any] = {"batch": batch, "warm": warm.indices if warm else [],
+                                "warm_from": warm.source if warm else None}
+        what = f"batches of {batch}" if options.strategy == "guided" else \
+            f"a first rung of {options.sample:g} of the space"
+        say(err, f"search: {options.strategy}, {what}" + (
+            f"; warm start: {len(warm.indices)} configs from {warm.source}" if warm else ""))
+        return plan
+
+    def _search(self, records: pa.Table | None, placement: Placement,
+                err: Console) -> Search | None:
+        """The run's search, replayed to where its journal ends; None for an exhaustive
+        run, or while `--retry pruned` runs what a search left out."""
+        options = self.spec.search
+        if options.exhaustive:
+            return None
+        if "pruned" in self.retry:
+            say(err, "--retry pruned: the configs the search left out run now, all of them")
+            return None
+        plan = self.meta_search or {
+            "batch": batch_size(options, placement.workers, placement.compile_workers),
+            "warm": []}
+        known: dict[int, float | None] = {}
+        if records is not None:
+            ran = records.filter(pc.not_equal(records.column("status"), PRUNED))
+            statuses = ran.column("status").to_pylist()
+            latencies = ran.column("latency_ms").to_pylist()
+            known = {i: (lat if st == "ok" else None) for i, st, lat in
+                     zip(ran.column("index").to_pylist(), statuses, latencies)}
+        return Search(strategy(self.space, options, plan["batch"], plan["warm"]), known)
+
+    def _prune(self, search: Search, done: np.ndarray, spent: dict[int, int], log: RunLog,
+               tally: Tally, progress: ProgressReporter) -> None:
+        """The search is over: every config it did not run gets its `pruned` row, durably,
+        as a trial's record would."""
+        recorded = set(done.tolist())
+        now = time.time()
+        records = [TrialRecord(index=i, config=self.space.config(i), status=PRUNED,
+                               latency_ms=None, latency_p20_ms=None, latency_p80_ms=None,
+                               validation="skipped", error=None, compile_ms=None,
+                               device="", node="", worker="", attempt=spent.get(i, 0) + 1,
+                               started_at=now, finished_at=now)
+                   for i in search.pruned(len(self.space)) if i not in recorded]
+        if records:
+            log.commit(records, [], [None] * len(records))
+            tally.add(records)
+            progress.on_event(f"the {self.spec.search.strategy} search is over after "
+                              f"{len(search.known)} configs; {len(records)} pruned")
+
+    def _halve(self, run: RunDir, driver: Driver,
+               progress: ProgressReporter) -> dict[str, list[Best]] | None:
+        """Successive halving's rungs after its screened sample: on each device type,
+        1/eta of the configs that worked are re-timed carefully across every worker at
+        once, then 1/eta of those, down to the finalists, which are returned, fastest
+        first (None: a rung failed or was stopped, the one pass's leaders stand)."""
+        records = rundir.load_records(run, self.spec, self.space).records
+        ok = records.filter(pc.equal(records.column("status"), "ok"))
+        out: dict[str, list[Best]] = {}
+        eta, keep = self.spec.search.eta, max(1, self.spec.run.finalists)
+        for device in sorted(set(ok.column("device").to_pylist())):
+            rows = ok.filter(pc.equal(ok.column("device"), device)).to_pylist()
+            rung = [Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
+                    for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))]
+            level = 0
+            while len(rung) > keep:
+                rung = rung[:max(keep, math.ceil(len(rung) / eta))]
+                level += 1
+                if len(rung) <= keep:
+                    break
+                progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
+                                  f"{device} carefully, on every worker at once")
+                try:
+                    timings = driver.retime_spread([b.config for b in rung], device)
+                except (RayError, DriverFailed, RetimeAbandoned) as e:
+                    progress.on_event(f"rung {level} failed, keeping the one pass's order: "
+                                      f"{str(e)[:200]}")
+                    return None
+                order = sorted(range(len(rung)), key=lambda k: (timings[k].median_ms,
+                                                                rung[k].index))
+                rung = [rung[k] for k in order]
+            out[device] = rung
+        return out
+
     def _retime_finalists(self, driver: Driver, tally: Tally, progress: ProgressReporter,
-                          should_stop: Callable[[], bool]
+                          should_stop: Callable[[], bool],
+                          promoted: dict[str, list[Best]] | None = None
                           ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], bool]:
         """One pass picks winners by noise as much as by speed: re-time the fastest few
         side by side and let that decide the best: on each device type the records name,
         on a device of that type. Updates tally's bests. Returns the finalists, the torch
         baseline's timing on each device type where measured, and whether a stop cut the
-        re-timing short."""
+        re-timing short. promoted: each device type's finalists, where halving's rungs
+        chose them."""
         cut = False
         finalists: list[dict[str, Any]] = []
         baseline: dict[str, dict[str, Any]] = {}
         winners: dict[str, Best] = {}
         for device in tally.devices:
-            leaders = tally.leaders(self.spec.run.finalists, device)
+            leaders = promoted[device] if promoted and device in promoted else \
+                tally.leaders(self.spec.run.finalists, device)
             if len(leaders) < 2:
                 continue
             on = f" on {device}" if len(tally.devices) > 1 else ""

@@ -24,6 +24,7 @@ import yaml
 from actors.replay import REPLAY_COLUMNS
 from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
+from sweep.search import OPTIONS_OF, STRATEGIES, SearchOptions
 from sweep.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
 from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
 
@@ -152,6 +153,7 @@ class Spec:
     # compile, never part of a config. With the kernel record's defaults merged in.
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_as_written: Mapping[str, Any] = field(default_factory=dict)  # the file's own
+    search: SearchOptions = field(default_factory=SearchOptions)
 
     def expand(self) -> Space:
         try:
@@ -184,6 +186,8 @@ class Spec:
             ident["simulate"] = sim
         if self.run.backend == "replay":
             ident["replay"] = self.replay_source
+        if not self.search.exhaustive:  # only then: exhaustive runs keep their fingerprints
+            ident["search"] = asdict(self.search)
         return ident
 
     @property
@@ -225,6 +229,7 @@ class Spec:
                     if self.run.accelerator_types is not None else None},
             "simulate": asdict(self.simulate),
             "replay": asdict(self.replay),
+            "search": asdict(self.search),
         }
         return "# normalised by sweep: the command line overrode the original spec\n" + \
             yaml.safe_dump(doc, sort_keys=False)
@@ -362,6 +367,16 @@ _CHECKS: dict[type, dict[str, Check]] = {
             isinstance(v, list) and bool(v) and all(_is_label(t) for t in v)),
             "null or a list of accelerator type names (e.g. [H100, A100])"),
     },
+    SearchOptions: {"strategy": (lambda v: v in STRATEGIES, "one of " + ", ".join(STRATEGIES)),
+                    "seed": INTEGER, "budget": (lambda v: _is_number(v) and 0 < v <= 1,
+                                                "a fraction > 0 and at most 1"),
+                    "patience": FRACTION, "improvement": FRACTION,
+                    "batch": (lambda v: v is None or AT_LEAST_ONE[0](v),
+                              "an integer >= 1 or null (sized to the cluster)"),
+                    "sample": (lambda v: _is_number(v) and 0 < v <= 1,
+                               "a fraction > 0 and at most 1"),
+                    "eta": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
+                    "warm_start": COUNT},
     ReplayOptions: {"table": (lambda v: isinstance(v, str), "a path"),
                     "workers": AT_LEAST_ONE, "compile_slots": AT_LEAST_ONE,
                     "time_scale": POSITIVE},
@@ -375,7 +390,7 @@ _CHECKS: dict[type, dict[str, Check]] = {
                                     "a mapping of Ray resource names to amounts > 0")},
 }
 TOP_KEYS = ("name", "kernel", "problem", "fixed", "space", "constraints", "timing",
-            "validation", "run", "simulate", "replay")
+            "validation", "run", "simulate", "replay", "search")
 
 
 class _Reader:
@@ -489,6 +504,7 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     if simulate.fail_rate + simulate.crash_rate + simulate.hang_rate > 1:
         raise r.fail("simulate", "fail_rate + crash_rate + hang_rate must be at most 1")
 
+    search = _read_search(r, doc.get("search"))
     space = _read_space(r, doc["space"])
     problem_as_written = _read_problem(r, doc.get("problem"))
     fixed_as_written = _read_fixed(r, doc.get("fixed"), space)
@@ -518,7 +534,20 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                 kernel_source=kernel_source, fixed=fixed, fixed_as_written=fixed_as_written,
                 # A relative table path would not survive the copy into the run directory.
                 overridden=backend is not None or replay.table != written_table,
-                replay=replay, replay_source=replay_source, work=work)
+                replay=replay, replay_source=replay_source, work=work, search=search)
+
+
+def _read_search(r: _Reader, value: Any) -> SearchOptions:
+    """`search: guided`, or a mapping with `strategy` and that strategy's options."""
+    if isinstance(value, str) or value is None:
+        value = {"strategy": value or "exhaustive"}
+    options: SearchOptions = r.section(SearchOptions, value, "search")
+    for key in r.mapping(value, "search"):
+        owner = OPTIONS_OF.get(key)
+        if owner is not None and owner != options.strategy:
+            raise r.fail(f"search.{key}", f"applies to strategy {owner} only, not "
+                                          f"{options.strategy}")
+    return options
 
 
 def _work(kernel: Kernel, problem: Mapping[str, Any]) -> dict[str, float]:

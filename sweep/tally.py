@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.records import TrialRecord
+from storage.records import PRUNED, TrialRecord
 from storage.snapshot import Best
 
 LEADERS = 16  # how many of the fastest a tally keeps, for re-timing finalists
@@ -64,7 +64,7 @@ class Tally:
 
     @property
     def failed(self) -> int:
-        return self.done - self.counts.get("ok", 0)
+        return self.done - self.counts.get("ok", 0) - self.counts.get(PRUNED, 0)
 
     def add(self, records: Iterable[TrialRecord]) -> None:
         for r in records:

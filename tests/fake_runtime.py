@@ -99,6 +99,7 @@ class FakeRuntime:
     killed: list[str] = field(default_factory=list)
     submitted: list[tuple[str, int, list[int]]] = field(default_factory=list)
     limits: list[CompileLimit | None] = field(default_factory=list)
+    pushed: list[tuple[str, CompileLimit]] = field(default_factory=list)  # by set_limit
     retimed: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)  # the kind each worker was started as
     _workers: dict[str, _Worker] = field(default_factory=dict)
@@ -177,6 +178,9 @@ class FakeRuntime:
         self._events = [e for e in self._events if e not in mine]
         heapq.heapify(self._events)
         return [e for _, _, e in sorted(mine, key=lambda e: (e[0], e[1]))]
+
+    def set_limit(self, worker: str, limit: CompileLimit) -> None:
+        self.pushed.append((worker, limit))
 
     def kill(self, worker: str) -> None:
         if self._workers.pop(worker, None) is not None:

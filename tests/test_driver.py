@@ -322,6 +322,20 @@ def test_each_batch_carries_the_compile_limit_learnt_so_far():
     assert rt.limits[-1].seconds == 16.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
 
 
+def test_a_compile_limit_learnt_while_nothing_is_left_to_send_reaches_the_workers_at_once():
+    # A search sends nothing while it waits on a batch's outcomes: a compile hanging since
+    # before the limit was learnt must hear of it without a new batch.
+    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+
+    rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))
+    driver, _, _ = make(MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=MIN_COMPILES,
+                                                         depth=1),
+                        workers=1, compile_limit=AdaptiveLimit(60.0, adaptive=True))
+    assert driver.run() == "complete"
+    assert [limit.seconds for limit in rt.limits] == [60.0]  # the one batch's
+    assert [(w, limit.seconds) for w, limit in rt.pushed] == [("w1", 16.0)]
+
+
 def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
     rt = FakeRuntime(order=lambda trials: trials)
     calls = []

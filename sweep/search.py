@@ -1,0 +1,324 @@
+"""What to try: the strategies that decide which configs of a space a sweep compiles and
+times, and which it leaves `pruned` (spec key `search`; the default, exhaustive, runs all).
+
+A strategy's proposals are a pure function of its options, the space and the outcomes of
+the batches it proposed before. So every row of a searched run follows from its journal
+alone: a resumed run replays the proposals from the journal and arrives at the batch it
+was on (exactly-once, the same decisions as uninterrupted), and an offline replay of a
+recorded table (benchmarks/search.py) makes the very decisions a run would.
+
+Proposals are pipelined one batch deep: batch k is decided from the outcomes of batches
+0..k-2, so while batch k-1 finishes, batch k is already queued and no GPU waits on a
+decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from storage.records import TrialRecord
+from sweep.scheduling import MIN_COMPILES
+from sweep.space import Space
+
+STRATEGIES = ("exhaustive", "halving", "guided")
+LAG = 1  # batches in flight while the next is decided (see the module's docstring)
+POOL = 20_000  # candidates a guided search scores per batch, at most
+ENSEMBLE = 8  # bootstrap fits whose spread is the model's uncertainty
+RIDGE = 1.0  # the fits' L2 penalty, per feature
+INITIAL = 2 * MIN_COMPILES  # configs sampled before the model guides
+MAX_PAIR_VALUES = 256  # value combinations of a pair of parameters the model learns, at most
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """The spec's `search` section (README, "Search")."""
+
+    strategy: str = "exhaustive"  # exhaustive | halving | guided
+    seed: int = 0
+    # guided: at most this fraction of the space; it stops sooner once the batches of the
+    # last `patience` of the space (at least two) improved the best by less than
+    # `improvement` (relative)
+    budget: float = 0.2
+    patience: float = 0.06
+    improvement: float = 0.005
+    batch: int | None = None  # guided: configs per batch; None: sized to the cluster
+    # halving: the first rung screens this fraction of the space; each rung promotes
+    # 1/eta of the one before to the careful timing, down to run.finalists
+    sample: float = 0.25
+    eta: int = 3
+    warm_start: int = 8  # configs first taken from the nearest cached sweep (0: none)
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.strategy == "exhaustive"
+
+
+# Options that mean something to one strategy only: set for another, they are a mistake.
+OPTIONS_OF = {"budget": "guided", "patience": "guided", "improvement": "guided",
+              "batch": "guided", "sample": "halving", "eta": "halving"}
+
+
+Seen = Mapping[int, "float | None"]  # index -> latency (ms); None: it did not work
+
+
+class Strategy(Protocol):
+    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
+        """Batch k: indices not in `taken`, from the outcomes of batches 0..k-2 (`seen`);
+        None: the search is over."""
+        ...
+
+
+def outcome(record: TrialRecord) -> float | None:
+    return record.latency_ms if record.status == "ok" else None
+
+
+class Search:
+    """Replays a strategy's proposals against what is known, and proposes on as outcomes
+    come in. known: every recorded outcome (a resumed run's journal)."""
+
+    def __init__(self, strategy: Strategy, known: Mapping[int, float | None]) -> None:
+        self.strategy = strategy
+        self.known: dict[int, float | None] = dict(known)
+        self.batches: list[list[int]] = []
+        self.taken: set[int] = set()
+        self.ended = False
+
+    def observe(self, records: Iterable[TrialRecord]) -> None:
+        for r in records:
+            self.known[r.index] = outcome(r)
+
+    def advance(self) -> list[int]:
+        """Propose every batch whose inputs are all known; returns their configs that
+        have no outcome yet, in order (to run)."""
+        new: list[int] = []
+        while not self.ended:
+            k = len(self.batches)
+            inputs = [i for b in self.batches[:max(0, k - LAG)] for i in b]
+            if any(i not in self.known for i in inputs):
+                break
+            batch = self.strategy.propose(k, {i: self.known[i] for i in inputs}, self.taken)
+            if batch is None:
+                self.ended = True
+                break
+            self.batches.append(batch)
+            self.taken.update(batch)
+            new += [i for i in batch if i not in self.known]
+        return new
+
+    def settled(self) -> bool:
+        """Over, with an outcome for everything it proposed: the rest are pruned."""
+        return self.ended and all(i in self.known for i in self.taken)
+
+    def pruned(self, total: int) -> list[int]:
+        """Configs with no outcome once the search is settled."""
+        return [i for i in range(total) if i not in self.known]
+
+
+def strategy(space: Space, options: SearchOptions, batch: int,
+             warm: Sequence[int] = ()) -> Strategy:
+    if options.strategy == "halving":
+        return Halving(space, options, warm)
+    if options.strategy == "guided":
+        return Guided(space, options, batch, warm)
+    raise ValueError(f"no strategy {options.strategy!r} to propose batches")
+
+
+def batch_size(options: SearchOptions, workers: int, compile_workers: int) -> int:
+    """Configs per batch: the spec's, or enough that every GPU (and each GPU's compile
+    pool, a config per process) has work while the next batch is decided."""
+    if options.batch is not None:
+        return options.batch
+    return max(1, workers) * max(8, compile_workers)
+
+
+def _sample(space: Space, n: int, rng: np.random.Generator, taken: set[int],
+            first: Sequence[int] = ()) -> list[int]:
+    """`first` (not taken), then configs drawn without replacement."""
+    out = [i for i in dict.fromkeys(first) if i not in taken][:n]
+    chosen = set(out) | taken
+    if len(out) < n:
+        for i in rng.permutation(len(space)).tolist():
+            if i not in chosen:
+                out.append(i)
+                chosen.add(i)
+                if len(out) == n:
+                    break
+    return out
+
+
+class Halving:
+    """Successive halving: the first rung is a sample of the space, screened on every GPU
+    at once; the session then promotes 1/eta of each rung to the careful timing, across
+    every GPU, down to the finalists (sweep/session.py). The rest are pruned."""
+
+    def __init__(self, space: Space, options: SearchOptions, warm: Sequence[int] = ()) -> None:
+        self.space, self.options, self.warm = space, options, list(warm)
+
+    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
+        if k > 0:
+            return None
+        n = max(1, math.ceil(self.options.sample * len(self.space)))
+        return _sample(self.space, n, np.random.default_rng(self.options.seed), taken,
+                       self.warm)
+
+
+class Guided:
+    """A model-guided batch search. The model: log latency as a sum of each parameter's
+    and each pair of parameters' value effects (ridge regression on one-hot features),
+    and the same form for the chance that a config fails; fitted on bootstrap resamples,
+    whose spread stands for its uncertainty. Each batch takes the untried configs with
+    the lowest optimistic prediction (mean less the spread, plus the failure risk), and
+    every untried neighbour (one parameter one step away) of the best few, so that the
+    best's surroundings are searched exhaustively. The first two batches are a spread
+    sample (the warm start's configs first)."""
+
+    def __init__(self, space: Space, options: SearchOptions, batch: int,
+                 warm: Sequence[int] = ()) -> None:
+        self.space, self.options, self.batch, self.warm = space, options, batch, list(warm)
+        self.limit = max(1, math.ceil(options.budget * len(space)))
+        # The first batch is a spread sample large enough for the run's compile limit to
+        # be learnt from it (a compile hanging in it otherwise holds every decision until
+        # the fixed limit; see sweep/scheduling.py), and for a first model.
+        self.initial = INITIAL
+        self.varied = [n for n in space.names if len(space.tables[n]) > 1]
+        # Each config's position in the product of the varied parameters' value lists:
+        # ascending, as the space is in product order, so a neighbour is a binary search.
+        sizes = [len(space.tables[n]) for n in self.varied]
+        self.strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
+        self.keys = np.zeros(len(space), dtype=np.int64)
+        for n, stride in zip(self.varied, self.strides):
+            self.keys += space.codes[n].astype(np.int64) * stride
+        # Pairs of parameters whose joint effects the model learns; a pair of long value
+        # lists would make more features than a search has trials to fit them.
+        self.pairs = [(a, b) for a in range(len(sizes)) for b in range(a + 1, len(sizes))
+                      if sizes[a] * sizes[b] <= MAX_PAIR_VALUES]
+        self.bests: list[float] = []  # the best after each batch's outcomes, in order
+        rng = np.random.default_rng(options.seed)
+        # The candidates: the whole space, or a fixed sample of a large one (neighbours
+        # of the best are added each time).
+        self.pool = np.arange(len(space)) if len(space) <= POOL else \
+            np.sort(rng.choice(len(space), POOL, replace=False))
+
+    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
+        size = max(self.batch, self.initial) if k == 0 else self.batch
+        room = min(size, self.limit - len(taken), len(self.space) - len(taken))
+        if room <= 0 or (k > LAG and self._stalled(seen)):
+            return None
+        rng = np.random.default_rng([self.options.seed, k])
+        if k <= LAG or not any(v is not None for v in seen.values()):
+            return _sample(self.space, room, rng, taken, self.warm)
+        return self._guided(room, seen, taken, rng)
+
+    def _stalled(self, seen: Seen) -> bool:
+        """The last `patience` of the space improved the best by less than `improvement`.
+        Called once per batch, in order (Search does)."""
+        ok = [v for v in seen.values() if v is not None]
+        self.bests.append(min(ok) if ok else math.inf)
+        p = max(2, math.ceil(self.options.patience * len(self.space) / self.batch))
+        if len(self.bests) <= p:
+            return False
+        before, now = self.bests[-p - 1], self.bests[-1]
+        return not now < before * (1 - self.options.improvement)
+
+    def _features(self, indices: np.ndarray) -> np.ndarray:
+        codes = [self.space.codes[n][indices].astype(np.int64) for n in self.varied]
+        sizes = [len(self.space.tables[n]) for n in self.varied]
+        columns, offset = [], 0
+        for c, s in zip(codes, sizes):
+            columns.append(offset + c)
+            offset += s
+        for a, b in self.pairs:
+            columns.append(offset + codes[a] * sizes[b] + codes[b])
+            offset += sizes[a] * sizes[b]
+        x = np.zeros((len(indices), offset), dtype=np.float32)
+        rows = np.arange(len(indices))
+        for col in columns:
+            x[rows, col] = 1.0
+        return x
+
+    def _neighbours(self, index: int, reach: int = 1) -> list[int]:
+        """Configs one step away in one parameter's value list, or (reach 2) in one or
+        two: a better tile is often a step up in one dimension and down in another."""
+        moves: list[int] = []  # key offsets of single steps, by parameter
+        single: list[list[int]] = []
+        for n, stride in zip(self.varied, self.strides):
+            code = int(self.space.codes[n][index])
+            steps = [step * stride for step in (-1, 1)
+                     if 0 <= code + step < len(self.space.tables[n])]
+            single.append(steps)
+            moves += steps
+        if reach > 1:
+            for a in range(len(single)):
+                for b in range(a + 1, len(single)):
+                    moves += [x + y for x in single[a] for y in single[b]]
+        out = []
+        for move in moves:
+            key = int(self.keys[index]) + move
+            at = int(np.searchsorted(self.keys, key))
+            if at < len(self.keys) and self.keys[at] == key:  # not constrained away
+                out.append(at)
+        return out
+
+    def _guided(self, room: int, seen: Seen, taken: set[int],
+                rng: np.random.Generator) -> list[int]:
+        done = np.array(sorted(seen), dtype=np.int64)
+        lat = np.array([seen[i] if seen[i] is not None else np.nan for i in done.tolist()])
+        ok = ~np.isnan(lat)
+        ranked = done[ok][np.lexsort((done[ok], lat[ok]))]
+        # The best few's untried neighbours come first, nearest the best first.
+        local: list[int] = []
+        for rank, i in enumerate(ranked[:3].tolist()):
+            local += [j for j in self._neighbours(i, 2 if rank == 0 else 1)
+                      if j not in taken and j not in local]
+        candidates = np.array(sorted(set(self.pool.tolist()) - taken | set(local)),
+                              dtype=np.int64)
+        if len(candidates) == 0:
+            return local[:room]
+        score = self._score(done, lat, ok, candidates, rng)
+        order = candidates[np.lexsort((candidates, score))]
+        by_score = {int(i): float(s) for i, s in zip(candidates, score)}
+        # At most half the batch goes to neighbours, the most promising of them.
+        local = sorted(local, key=lambda j: (by_score.get(j, math.inf), j))[:room // 2]
+        picked = list(local)
+        chosen = set(picked)
+        for i in order.tolist():
+            if len(picked) >= room:
+                break
+            if i not in chosen:
+                picked.append(i)
+                chosen.add(i)
+        return picked
+
+    def _score(self, done: np.ndarray, lat: np.ndarray, ok: np.ndarray,
+               candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        x = self._features(done)
+        xc = self._features(candidates)
+        y = np.log(lat[ok])
+        fail = (~ok).astype(np.float64)
+        preds, risks = [], []
+        for _ in range(ENSEMBLE):
+            pick = rng.integers(0, len(done), len(done))
+            sub = pick[ok[pick]]
+            if len(sub) >= 2:
+                preds.append(_fit(x[sub], np.log(lat[sub]), xc))
+            risks.append(_fit(x[pick], fail[pick], xc))
+        if not preds:  # too few that worked to fit: the fit on all of them
+            preds.append(_fit(x[ok], y, xc))
+        mean, spread = np.mean(preds, axis=0), np.std(preds, axis=0)
+        risk = np.clip(np.mean(risks, axis=0), 0.0, 1.0)
+        # A config that likely fails costs a compile for nothing: it ranks as one that
+        # would be slower by its risk (in log latency, doubling at certainty).
+        return mean - spread + risk * math.log(2)
+
+
+def _fit(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Ridge regression of y on x (mean of y as intercept), predicted at `at`."""
+    mean = float(np.mean(y))
+    a = x.T.astype(np.float64) @ x + RIDGE * np.eye(x.shape[1])
+    w = np.linalg.solve(a, x.T.astype(np.float64) @ (y - mean))
+    return at @ w + mean

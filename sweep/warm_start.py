@@ -1,0 +1,114 @@
+"""Warm start: a search's first configs come from the nearest cached sweep of the same
+kernel (another problem size, another GPU type), so that a new sweep begins where the
+nearest old one ended. Decided once, when a run is created, and kept in its run.json:
+the cache may change before a resume, the run's decisions may not."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storage import cache
+from sweep.space import Space
+from sweep.spec import Spec
+
+# How far apart two problems are when a key differs in other than size: further than
+# any size ratio a user would call near (2**4 = 16 times).
+UNLIKE = 4.0
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    indices: list[int]  # configs of this space, to run first (the nearest's best first)
+    source: str  # the run directory they came from
+
+
+def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """Between two problems: each size counts as its log2 ratio, each other difference
+    (a dtype, a missing key) as UNLIKE."""
+    d = 0.0
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                      for v in (x, y))
+        d += abs(math.log2(x / y)) if numbers else UNLIKE  # type: ignore[operator]
+    return d
+
+
+def nearest(kernel: str, kernel_source: str, problem: Mapping[str, Any],
+            fixed: Mapping[str, Any], backend: str,
+            root: Path | None = None) -> cache.CacheEntry | None:
+    """The complete cached sweep of this kernel on this backend whose problem (and fixed
+    arguments) are nearest; the same kernel source is nearer than another. Ties go to the
+    faster, then by name."""
+    entries = [e for e in cache.of_kernel(kernel, root) if e.backend == backend and not e.partial]
+    if not entries:
+        return None
+    return min(entries, key=lambda e: (distance(problem, e.problem) +
+                                       distance(fixed, e.fixed) +
+                                       (e.kernel_source != kernel_source) * 0.5,
+                                       e.latency_ms, e.run_dir, e.device))
+
+
+def top_configs(entry: cache.CacheEntry, n: int) -> list[dict[str, Any]]:
+    """The entry's best, then the fastest others its run recorded on that device (while
+    its run directory is there to read)."""
+    configs = [dict(entry.config)]
+    try:
+        table = pq.read_table(Path(entry.run_dir) / "trials.parquet",
+                              columns=["config", "status", "latency_ms", "device"])
+    except (OSError, ValueError):  # gone, or not a table: the best alone
+        return configs
+    mask = pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["device"], entry.device))
+    ok = table.filter(mask)
+    ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")]))
+    for text in ok.column("config").to_pylist()[:n]:
+        config = json.loads(text)
+        if config not in configs:
+            configs.append(config)
+    return configs[:n]
+
+
+def indices_of(space: Space, configs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Each config's index in the space, in order; one the space lacks (another
+    parameter, a value not listed, constrained away) is left out. A config without some
+    of the space's parameters (the interpreter's cache entries leave launch options out)
+    stands for the first config that matches it on the rest."""
+    out: list[int] = []
+    for config in configs:
+        if not set(config) <= set(space.names):
+            continue
+        match = np.ones(len(space), dtype=bool)
+        for name, value in config.items():
+            codes = np.flatnonzero(space.tables[name] == value)
+            if len(codes) == 0:
+                match[:] = False
+                break
+            match &= space.codes[name] == codes[0]
+        found = np.flatnonzero(match)
+        if len(found) and int(found[0]) not in out:
+            out.append(int(found[0]))
+    return out
+
+
+def warm_start(spec: Spec, space: Space, backend: str,
+               root: Path | None = None) -> WarmStart | None:
+    n = spec.search.warm_start
+    if n <= 0 or spec.search.exhaustive:
+        return None
+    entry = nearest(spec.kernel, spec.kernel_source, spec.problem, spec.fixed_as_written,
+                    backend, root)
+    if entry is None:
+        return None
+    indices = indices_of(space, top_configs(entry, n))
+    return WarmStart(indices, entry.run_dir) if indices else None
