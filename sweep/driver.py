@@ -388,7 +388,7 @@ class Driver:
                 lambda slot, share: self.runtime.retime(
                     slot.name, share, 1, max(1, len(share)) * self.limits.trial_timeout_s,
                     self.should_stop) if share else Retimed([]), slots, shares))
-        out: list[Timing] = [Timing(0.0, 0.0, 0.0)] * len(configs)
+        out: list[Timing] = [Timing(float("inf"), float("inf"), float("inf"))] * len(configs)
         for k, retimed in enumerate(results):
             for j, timing in enumerate(retimed.finalists):
                 out[k + j * len(slots)] = timing

@@ -35,8 +35,11 @@ def describe(tally: Tally) -> str:
 
 class ProgressReporter:
     def __init__(self, tally: Tally, console: Console | None = None,
-                 log_every_s: float = 10.0) -> None:
+                 log_every_s: float = 10.0, expected: int | None = None) -> None:
+        """expected: the trials the run will take at most, where a search runs fewer than
+        the space holds (its budget); the bar and the eta count to that."""
         self.console = console or Console(stderr=True)
+        self.total = min(expected, tally.total) if expected is not None else tally.total
         self.live = self.console.is_terminal
         self.log_every_s = log_every_s
         self._start = time.monotonic()
@@ -46,8 +49,8 @@ class ProgressReporter:
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
             console=self.console, transient=False)
-        self._task = self._progress.add_task(describe(tally), total=tally.total,
-                                             completed=tally.done)
+        self._task = self._progress.add_task(describe(tally), total=self.total,
+                                             completed=min(tally.done, self.total))
 
     def __enter__(self) -> ProgressReporter:
         if self.live:
@@ -59,14 +62,16 @@ class ProgressReporter:
             self._progress.stop()
 
     def on_records(self, records: list[TrialRecord], tally: Tally) -> None:
-        self._progress.update(self._task, completed=tally.done, description=describe(tally))
+        done = min(tally.done, self.total)
+        self._progress.update(self._task, completed=done, description=describe(tally))
         now = time.monotonic()
         if not self.live and now - self._last_log >= self.log_every_s:
             self._last_log = now
             rate = (tally.done - self._done_at_start) / max(now - self._start, 1e-9)
-            left = tally.total - tally.done
+            left = self.total - done
             eta = f"{left / rate:.0f} s" if rate > 0 else "?"
-            self.console.print(f"progress: {tally.done}/{tally.total} done · {describe(tally)} "
+            most = " at most" if self.total < tally.total else ""
+            self.console.print(f"progress: {done}/{self.total}{most} done · {describe(tally)} "
                                f"· {rate:.1f}/s · eta {eta}", highlight=False)
 
     def on_event(self, message: str) -> None:

@@ -30,6 +30,7 @@ from storage.records import TrialRecord
 from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
 from sweep.driver import SpentAttempt
+from sweep.search import SearchPlan
 from sweep.space import Space
 from sweep.spec import Spec, SpecError
 from sweep.tally import Tally
@@ -85,7 +86,7 @@ def default_out(spec: Spec) -> Path:
 
 
 def create(run: RunDir, spec: Spec, total: int, backend: str,
-           search: dict[str, Any] | None = None) -> None:
+           search: SearchPlan | None = None) -> None:
     """Lay down a new run in its (locked, empty of runs) directory. run.json goes last,
     so a start cut short leaves no "run" behind. search: what a search decided at the
     start and must decide the same on resume (its batch size, its warm start)."""
@@ -94,7 +95,7 @@ def create(run: RunDir, spec: Spec, total: int, backend: str,
             "name": spec.name, "total": total, "backend": backend,
             "created_at": time.time(), "versions": versions()}
     if search is not None:
-        meta["search"] = search
+        meta["search"] = search.to_json()
     write_bytes_atomically(run.meta, (json.dumps(meta, indent=2) + "\n").encode())
 
 
@@ -109,18 +110,12 @@ def read_meta(run: RunDir) -> dict[str, Any]:
     if not isinstance(out["total"], int) or not all(
             isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")):
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
-    search = meta.get("search")
-    if search is not None:
-        if not (isinstance(search, dict) and _count_from(search.get("batch"), 1) and
-                isinstance(search.get("warm"), list) and
-                all(_count_from(i, 0) and i < out["total"] for i in search["warm"])):
-            raise SpecError(f"{run.meta}: unreadable (search: a value of the wrong type)")
-        out["search"] = search
+    if meta.get("search") is not None:
+        try:
+            out["search"] = SearchPlan.from_json(meta["search"], out["total"])
+        except ValueError as e:
+            raise SpecError(f"{run.meta}: unreadable ({e})") from None
     return out
-
-
-def _count_from(v: Any, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
 def versions() -> dict[str, str]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from sweep.space import Space
 
 STRATEGIES = ("exhaustive", "halving", "guided")
 LAG = 1  # batches in flight while the next is decided (see the module's docstring)
-POOL = 20_000  # candidates a guided search scores per batch, at most
+POOL = 5_000  # candidates a guided search scores per batch, at most (and neighbours)
 ENSEMBLE = 8  # bootstrap fits whose spread is the model's uncertainty
 RIDGE = 1.0  # the fits' L2 penalty, per feature
 INITIAL = 2 * MIN_COMPILES  # configs sampled before the model guides
@@ -57,19 +57,61 @@ class SearchOptions:
     def exhaustive(self) -> bool:
         return self.strategy == "exhaustive"
 
+    def most(self, total: int) -> int | None:
+        """The configs a search of a space of `total` runs at most (None: all)."""
+        if self.strategy == "guided":
+            return math.ceil(self.budget * total)
+        if self.strategy == "halving":
+            return math.ceil(self.sample * total)
+        return None
+
+    def own(self) -> dict[str, object]:
+        """The options that apply to this strategy: a spec may give no others."""
+        return {k: v for k, v in asdict(self).items()
+                if self.strategy in OPTIONS_OF.get(k, (self.strategy,))}
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a search decided when its run was created, and must decide the same on every
+    resume (another cluster's size, a cache changed meanwhile): run.json's `search`."""
+
+    batch: int  # configs per batch
+    warm: tuple[int, ...] = ()  # the warm start's configs, to run first
+    warm_from: str | None = None  # the run directory they came from
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "warm": list(self.warm), "warm_from": self.warm_from}
+
+    @classmethod
+    def from_json(cls, doc: Any, total: int) -> SearchPlan:
+        """Raises ValueError for anything but a plan for a space of `total` configs."""
+        def count(v: Any, low: int) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+        if not (isinstance(doc, dict) and count(doc.get("batch"), 1) and
+                isinstance(doc.get("warm"), list) and
+                all(count(i, 0) and i < total for i in doc["warm"]) and
+                isinstance(doc.get("warm_from"), (str, type(None)))):
+            raise ValueError("search: a value of the wrong type")
+        return cls(doc["batch"], tuple(doc["warm"]), doc["warm_from"])
+
 
 # Options that mean something to one strategy only: set for another, they are a mistake.
-OPTIONS_OF = {"budget": "guided", "patience": "guided", "improvement": "guided",
-              "batch": "guided", "sample": "halving", "eta": "halving"}
+OPTIONS_OF = {"budget": ("guided",), "patience": ("guided",), "improvement": ("guided",),
+              "batch": ("guided",), "sample": ("halving",), "eta": ("halving",),
+              "seed": ("guided", "halving"), "warm_start": ("guided", "halving")}
 
 
 Seen = Mapping[int, "float | None"]  # index -> latency (ms); None: it did not work
 
 
 class Strategy(Protocol):
-    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
-        """Batch k: indices not in `taken`, from the outcomes of batches 0..k-2 (`seen`);
-        None: the search is over."""
+    def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
+                taken: set[int]) -> list[int] | None:
+        """Batch k = len(batches): indices not in `taken` (those of `batches`), from the
+        outcomes of batches 0..k-2 (`seen`); None: the search is over. A pure function
+        of its arguments."""
         ...
 
 
@@ -101,7 +143,8 @@ class Search:
             inputs = [i for b in self.batches[:max(0, k - LAG)] for i in b]
             if any(i not in self.known for i in inputs):
                 break
-            batch = self.strategy.propose(k, {i: self.known[i] for i in inputs}, self.taken)
+            batch = self.strategy.propose({i: self.known[i] for i in inputs}, self.batches,
+                                          self.taken)
             if batch is None:
                 self.ended = True
                 break
@@ -159,12 +202,25 @@ class Halving:
     def __init__(self, space: Space, options: SearchOptions, warm: Sequence[int] = ()) -> None:
         self.space, self.options, self.warm = space, options, list(warm)
 
-    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
-        if k > 0:
+    def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
+                taken: set[int]) -> list[int] | None:
+        if batches:
             return None
         n = max(1, math.ceil(self.options.sample * len(self.space)))
         return _sample(self.space, n, np.random.default_rng(self.options.seed), taken,
                        self.warm)
+
+
+def rungs(n: int, eta: int, keep: int) -> list[int]:
+    """How many of halving's n screened configs each later rung re-times carefully (1/eta
+    of the one before), before the last `keep` go to the finalists' side-by-side
+    re-timing: 400 configs, eta 3, 5 finalists: [134, 45, 15]."""
+    sizes: list[int] = []
+    while True:
+        n = max(keep, math.ceil(n / eta))
+        if n <= keep:
+            return sizes
+        sizes.append(n)
 
 
 class Guided:
@@ -197,33 +253,35 @@ class Guided:
         # lists would make more features than a search has trials to fit them.
         self.pairs = [(a, b) for a in range(len(sizes)) for b in range(a + 1, len(sizes))
                       if sizes[a] * sizes[b] <= MAX_PAIR_VALUES]
-        self.bests: list[float] = []  # the best after each batch's outcomes, in order
         rng = np.random.default_rng(options.seed)
         # The candidates: the whole space, or a fixed sample of a large one (neighbours
         # of the best are added each time).
         self.pool = np.arange(len(space)) if len(space) <= POOL else \
             np.sort(rng.choice(len(space), POOL, replace=False))
 
-    def propose(self, k: int, seen: Seen, taken: set[int]) -> list[int] | None:
+    def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
+                taken: set[int]) -> list[int] | None:
+        k = len(batches)
         size = max(self.batch, self.initial) if k == 0 else self.batch
         room = min(size, self.limit - len(taken), len(self.space) - len(taken))
-        if room <= 0 or (k > LAG and self._stalled(seen)):
+        if room <= 0 or (k > LAG and self._stalled(seen, batches)):
             return None
         rng = np.random.default_rng([self.options.seed, k])
         if k <= LAG or not any(v is not None for v in seen.values()):
             return _sample(self.space, room, rng, taken, self.warm)
         return self._guided(room, seen, taken, rng)
 
-    def _stalled(self, seen: Seen) -> bool:
-        """The last `patience` of the space improved the best by less than `improvement`.
-        Called once per batch, in order (Search does)."""
-        ok = [v for v in seen.values() if v is not None]
-        self.bests.append(min(ok) if ok else math.inf)
+    def _stalled(self, seen: Seen, batches: Sequence[Sequence[int]]) -> bool:
+        """The batches of the last `patience` of the space improved the best by less than
+        `improvement`."""
+        bests, best = [], math.inf  # the best after each batch whose outcomes are seen
+        for batch in batches[:len(batches) - LAG]:
+            best = min([best, *(v for i in batch if (v := seen.get(i)) is not None)])
+            bests.append(best)
         p = max(2, math.ceil(self.options.patience * len(self.space) / self.batch))
-        if len(self.bests) <= p:
+        if len(bests) <= p:
             return False
-        before, now = self.bests[-p - 1], self.bests[-1]
-        return not now < before * (1 - self.options.improvement)
+        return not bests[-1] < bests[-p - 1] * (1 - self.options.improvement)
 
     def _features(self, indices: np.ndarray) -> np.ndarray:
         codes = [self.space.codes[n][indices].astype(np.int64) for n in self.varied]
@@ -279,7 +337,9 @@ class Guided:
                               dtype=np.int64)
         if len(candidates) == 0:
             return local[:room]
-        score = self._score(done, lat, ok, candidates, rng)
+        # Rounded: a near-tie decided by the last bits of a solve could fall the other
+        # way on another machine's BLAS.
+        score = np.round(self._score(done, lat, ok, candidates, rng), 6)
         order = candidates[np.lexsort((candidates, score))]
         by_score = {int(i): float(s) for i, s in zip(candidates, score)}
         # At most half the batch goes to neighbours, the most promising of them.
@@ -300,25 +360,31 @@ class Guided:
         xc = self._features(candidates)
         y = np.log(lat[ok])
         fail = (~ok).astype(np.float64)
-        preds, risks = [], []
+        preds = []
         for _ in range(ENSEMBLE):
             pick = rng.integers(0, len(done), len(done))
             sub = pick[ok[pick]]
             if len(sub) >= 2:
                 preds.append(_fit(x[sub], np.log(lat[sub]), xc))
-            risks.append(_fit(x[pick], fail[pick], xc))
         if not preds:  # too few that worked to fit: the fit on all of them
             preds.append(_fit(x[ok], y, xc))
         mean, spread = np.mean(preds, axis=0), np.std(preds, axis=0)
-        risk = np.clip(np.mean(risks, axis=0), 0.0, 1.0)
+        # The failure model ranks, it does not explore: one fit on everything.
+        risk = np.clip(_fit(x, fail, xc), 0.0, 1.0)
         # A config that likely fails costs a compile for nothing: it ranks as one that
         # would be slower by its risk (in log latency, doubling at certainty).
         return mean - spread + risk * math.log(2)
 
 
 def _fit(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Ridge regression of y on x (mean of y as intercept), predicted at `at`."""
+    """Ridge regression of y on x (mean of y as intercept), predicted at `at`. With fewer
+    trials than features (a large space's first batches), in its dual form: a system as
+    large as the trials, not the features."""
     mean = float(np.mean(y))
-    a = x.T.astype(np.float64) @ x + RIDGE * np.eye(x.shape[1])
-    w = np.linalg.solve(a, x.T.astype(np.float64) @ (y - mean))
+    x64 = x.astype(np.float64)
+    if len(x) < x.shape[1]:
+        alpha = np.linalg.solve(x64 @ x64.T + RIDGE * np.eye(len(x)), y - mean)
+        w = x64.T @ alpha
+    else:
+        w = np.linalg.solve(x64.T @ x64 + RIDGE * np.eye(x.shape[1]), x64.T @ (y - mean))
     return at @ w + mean

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -55,13 +54,14 @@ from sweep.report import common_errors, print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
 from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
-from sweep.search import Search, batch_size, strategy
+from sweep.search import Search, SearchPlan, batch_size, rungs, strategy
 from sweep.space import Space
 from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
 from sweep.tally import Tally
 from sweep.warm_start import warm_start
 
+PRUNE_CHUNK = 10_000  # pruned rows journaled at once
 # Batches big enough that Ray's per-call cost stays small next to the work they carry.
 TARGET_BATCH_S = 0.05
 DEPTH = 2  # batches in flight per worker
@@ -135,7 +135,7 @@ class Session:
     order: list[int] | None = None  # every config in compile order, once computed
     # What a search decided when the run was created (see rundir.create); from run.json
     # on resume.
-    meta_search: dict[str, Any] | None = None
+    meta_search: SearchPlan | None = None
     ending: Ending | None = None  # set once execute() has decided
 
     @classmethod
@@ -470,12 +470,14 @@ class Session:
             tally = Tally.from_journal(len(self.space), records)
             done = records.column("index").to_numpy()
         compiles = placement.compile_workers > 0
-        if loaded is not None and self.retry and not spec.search.exhaustive:
-            # Retried outcomes may change what the search decides: its pruned rows are
-            # decided again (a config it now runs, or prunes again, supersedes its row).
+        pruned_before: pa.Table | None = None
+        if loaded is not None and not spec.search.exhaustive:
+            # A search decides its pruned rows again from its journal: the same way, unless
+            # a retry changed an outcome (then a config it now runs supersedes its row).
             pruned = pc.equal(records.column("status"), PRUNED)
-            for i, attempt in zip(records.filter(pruned).column("index").to_pylist(),
-                                  records.filter(pruned).column("attempt").to_pylist()):
+            pruned_before = records.filter(pruned)
+            for i, attempt in zip(pruned_before.column("index").to_pylist(),
+                                  pruned_before.column("attempt").to_pylist()):
                 spent[i] = max(spent.get(i, 0), attempt)
             records = records.filter(pc.invert(pruned))
             tally = Tally.from_journal(len(self.space), records)
@@ -549,7 +551,8 @@ class Session:
             write_snapshot(run.snapshot, rundir.snapshot_of(
                 spec, tally, "running", timeline=self.timeline, earlier=self.earlier))
             with RunLog(run, spec.fingerprint) as log, \
-                    ProgressReporter(tally, err) as progress:
+                    ProgressReporter(tally, err, expected=spec.search.most(len(self.space))
+                                     if search is not None else None) as progress:
                 runtime = RayRuntime(settings, placement, limits.max_batches,
                                      cluster.labelled_types())
                 driver = Driver(self.space, runtime, placement.workers, limits, log, tally,
@@ -564,7 +567,7 @@ class Session:
                     ending = driver.run()
                     if search is not None and ending == "complete" and search.settled() \
                             and not should_stop():
-                        self._prune(search, done, spent, log, tally, progress)
+                        self._prune(search, pruned_before, spent, log, tally, progress)
                     self.timeline.update(driver.timeline, trials_done=time.time())
                     if ending == "complete" and not should_stop():
                         promoted = self._halve(run, driver, progress) \
@@ -634,7 +637,7 @@ class Session:
         return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
 
     def _plan_search(self, backend: str, placement: Placement,
-                     err: Console) -> dict[str, Any] | None:
+                     err: Console) -> SearchPlan | None:
         """A new run's search decisions that must not change on resume: its batch size
         (from this cluster's size) and its warm start (from the cache as it is now)."""
         options = self.spec.search
@@ -642,13 +645,12 @@ class Session:
             return None
         batch = batch_size(options, placement.workers, placement.compile_workers)
         warm = warm_start(self.spec, self.space, backend)
-        plan: dict[str, Any] = {"batch": batch, "warm": warm.indices if warm else [],
-                                "warm_from": warm.source if warm else None}
         what = f"batches of {batch}" if options.strategy == "guided" else \
             f"a first rung of {options.sample:g} of the space"
         say(err, f"search: {options.strategy}, {what}" + (
             f"; warm start: {len(warm.indices)} configs from {warm.source}" if warm else ""))
-        return plan
+        return SearchPlan(batch, tuple(warm.indices) if warm else (),
+                          warm.source if warm else None)
 
     def _search(self, records: pa.Table | None, placement: Placement,
                 err: Console) -> Search | None:
@@ -660,9 +662,10 @@ class Session:
         if "pruned" in self.retry:
             say(err, "--retry pruned: the configs the search left out run now, all of them")
             return None
-        plan = self.meta_search or {
-            "batch": batch_size(options, placement.workers, placement.compile_workers),
-            "warm": []}
+        plan = self.meta_search
+        if plan is None:
+            raise SpecError(f"{self.path}: {rundir.META} has no record of the run's search "
+                            "(its batch size and warm start); start a new run")
         known: dict[int, float | None] = {}
         if records is not None:
             ran = records.filter(pc.not_equal(records.column("status"), PRUNED))
@@ -670,25 +673,33 @@ class Session:
             latencies = ran.column("latency_ms").to_pylist()
             known = {i: (lat if st == "ok" else None) for i, st, lat in
                      zip(ran.column("index").to_pylist(), statuses, latencies)}
-        return Search(strategy(self.space, options, plan["batch"], plan["warm"]), known)
+        return Search(strategy(self.space, options, plan.batch, plan.warm), known)
 
-    def _prune(self, search: Search, done: np.ndarray, spent: dict[int, int], log: RunLog,
-               tally: Tally, progress: ProgressReporter) -> None:
+    def _prune(self, search: Search, before: pa.Table | None, spent: dict[int, int],
+               log: RunLog, tally: Tally, progress: ProgressReporter) -> None:
         """The search is over: every config it did not run gets its `pruned` row, durably,
-        as a trial's record would."""
-        recorded = set(done.tolist())
+        as a trial's record would; one pruned before keeps its row (and counts again)."""
+        pruned = search.pruned(len(self.space))
+        kept: set[int] = set()
+        if before is not None:  # those it prunes again; one it ran since is superseded
+            still = before.filter(pc.is_in(before.column("index"), pa.array(pruned, pa.int64())))
+            kept = set(still.column("index").to_pylist())
+            tally.add(rundir.rows_as_records(still))
         now = time.time()
-        records = [TrialRecord(index=i, config=self.space.config(i), status=PRUNED,
-                               latency_ms=None, latency_p20_ms=None, latency_p80_ms=None,
-                               validation="skipped", error=None, compile_ms=None,
-                               device="", node="", worker="", attempt=spent.get(i, 0) + 1,
-                               started_at=now, finished_at=now)
-                   for i in search.pruned(len(self.space)) if i not in recorded]
-        if records:
+        todo = [i for i in pruned if i not in kept]
+        for start in range(0, len(todo), PRUNE_CHUNK):  # a big space's, a chunk at a time
+            records = [TrialRecord(
+                index=i, config=self.space.config(i), status=PRUNED, latency_ms=None,
+                latency_p20_ms=None, latency_p80_ms=None, validation="skipped", error=None,
+                compile_ms=None, device="", node="", worker="",
+                attempt=spent.get(i, 0) + 1, started_at=now, finished_at=now)
+                for i in todo[start:start + PRUNE_CHUNK]]
             log.commit(records, [], [None] * len(records))
             tally.add(records)
+        if todo or kept:
             progress.on_event(f"the {self.spec.search.strategy} search is over after "
-                              f"{len(search.known)} configs; {len(records)} pruned")
+                              f"{len(search.known)} configs; "
+                              f"{len(todo) + len(kept)} pruned")
 
     def _halve(self, run: RunDir, driver: Driver,
                progress: ProgressReporter) -> dict[str, list[Best]] | None:
@@ -699,17 +710,13 @@ class Session:
         records = rundir.load_records(run, self.spec, self.space).records
         ok = records.filter(pc.equal(records.column("status"), "ok"))
         out: dict[str, list[Best]] = {}
-        eta, keep = self.spec.search.eta, max(1, self.spec.run.finalists)
+        keep = max(1, self.spec.run.finalists)
         for device in sorted(set(ok.column("device").to_pylist())):
             rows = ok.filter(pc.equal(ok.column("device"), device)).to_pylist()
             rung = [Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
                     for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))]
-            level = 0
-            while len(rung) > keep:
-                rung = rung[:max(keep, math.ceil(len(rung) / eta))]
-                level += 1
-                if len(rung) <= keep:
-                    break
+            for level, size in enumerate(rungs(len(rung), self.spec.search.eta, keep), 1):
+                rung = rung[:size]
                 progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
                                   f"{device} carefully, on every worker at once")
                 try:
@@ -721,7 +728,7 @@ class Session:
                 order = sorted(range(len(rung)), key=lambda k: (timings[k].median_ms,
                                                                 rung[k].index))
                 rung = [rung[k] for k in order]
-            out[device] = rung
+            out[device] = rung[:keep]
         return out
 
     def _retime_finalists(self, driver: Driver, tally: Tally, progress: ProgressReporter,

@@ -229,7 +229,7 @@ class Spec:
                     if self.run.accelerator_types is not None else None},
             "simulate": asdict(self.simulate),
             "replay": asdict(self.replay),
-            "search": asdict(self.search),
+            "search": self.search.own(),
         }
         return "# normalised by sweep: the command line overrode the original spec\n" + \
             yaml.safe_dump(doc, sort_keys=False)
@@ -541,12 +541,15 @@ def _read_search(r: _Reader, value: Any) -> SearchOptions:
     """`search: guided`, or a mapping with `strategy` and that strategy's options."""
     if isinstance(value, str) or value is None:
         value = {"strategy": value or "exhaustive"}
+    if not isinstance(value, dict):
+        raise r.fail("search", f"expected a strategy ({', '.join(STRATEGIES)}) or a mapping "
+                               f"of options, got {clip_repr(value)}")
     options: SearchOptions = r.section(SearchOptions, value, "search")
-    for key in r.mapping(value, "search"):
-        owner = OPTIONS_OF.get(key)
-        if owner is not None and owner != options.strategy:
-            raise r.fail(f"search.{key}", f"applies to strategy {owner} only, not "
-                                          f"{options.strategy}")
+    for key in value:
+        owners = OPTIONS_OF.get(key, (options.strategy,))
+        if options.strategy not in owners:
+            raise r.fail(f"search.{key}", f"applies to strategy {' and '.join(owners)} "
+                                          f"only, not {options.strategy}")
     return options
 
 

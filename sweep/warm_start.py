@@ -71,8 +71,8 @@ def top_configs(entry: cache.CacheEntry, n: int) -> list[dict[str, Any]]:
         return configs
     mask = pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["device"], entry.device))
     ok = table.filter(mask)
-    ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")]))
-    for text in ok.column("config").to_pylist()[:n]:
+    ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")])[:n])
+    for text in ok.column("config").to_pylist():
         config = json.loads(text)
         if config not in configs:
             configs.append(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,7 +15,7 @@ from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
 from test_stop_resume import has_records, start, stderr_of, wait_until
 
 from sweep.analysis import analyse
-from sweep.search import Guided, Halving, Search, SearchOptions
+from sweep.search import Guided, Halving, Search, SearchOptions, rungs
 from sweep.spec import load_spec
 from sweep.warm_start import distance, indices_of
 
@@ -162,9 +163,10 @@ def test_halving_screens_a_sample_and_picks_among_it(ray_address, tmp_path):
     assert "rung 1: re-timing the 54 fastest" in result.stderr
     best = json.loads((out / "best.json").read_text())
     assert best["index"] in ran and len(best["finalists"]) == 5
+    assert rungs(len(ran), 2, 5) == [54, 27, 14, 7]  # all 108 worked; then 5 finalists
     # The sample is the seed's: another seed screens others.
     space = load_spec(spec).expand()
-    other = Halving(space, SearchOptions("halving", seed=2, sample=0.25)).propose(0, {}, set())
+    other = Halving(space, SearchOptions("halving", seed=2, sample=0.25)).propose({}, [], set())
     assert other is not None and set(other) != ran
 
 
@@ -225,7 +227,10 @@ def test_search_options_are_checked_like_the_rest_of_the_spec(tmp_path):
              ({"strategy": "halving", "budget": 0.1}, "search.budget: applies to strategy "
                                                       "guided"),
              ({"strategy": "guided", "budget": 0}, "search.budget: expected a fraction"),
-             ({"strategy": "guided", "speed": 1}, "search.speed: unknown key")]
+             ({"strategy": "guided", "speed": 1}, "search.speed: unknown key"),
+             ({"strategy": "exhaustive", "warm_start": 3},
+              "search.warm_start: applies to strategy guided and halving only"),
+             (5, "search: expected a strategy (exhaustive, halving, guided) or a mapping")]
     for search, message in cases:
         spec = simulate_spec(tmp_path / "bad.yaml", search=search)
         result = sweep_proc("run", spec, "--out", tmp_path / "never")
@@ -281,8 +286,37 @@ def test_a_retry_on_a_searched_run_decides_its_pruned_rows_again(ray_address, tm
     before = rows_of(out)
     assert sweep_cli("resume", out, "--address", ray_address, "--retry", "compile_error") == 0
     after = rows_of(out)
-    # The simulated failures fail again, so the search decides as before; every pruned
-    # row was decided again (a second attempt), none kept beside a run of its config.
+    # The simulated failures fail again, so the search decides as before: its pruned rows
+    # stand (decided again, not written again), the failures have a second attempt.
     assert compared(after) == compared(before)
-    assert {r["attempt"] for r in after if r["status"] in ("pruned", "compile_error")} == {2}
-    assert {r["attempt"] for r in after if r["status"] == "ok"} == {1}
+    assert {r["attempt"] for r in after if r["status"] == "compile_error"} == {2}
+    assert {r["attempt"] for r in after if r["status"] != "compile_error"} == {1}
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    failed = sum(r["status"] == "compile_error" for r in before)
+    assert len(lines) == 432 + failed
+    result = sweep_proc("resume", out, "--address", ray_address)  # and then nothing
+    assert "already complete" in result.stdout, result.stderr
+
+
+def test_a_config_the_search_runs_supersedes_a_pruned_row_and_counts_once(ray_address,
+                                                                         tmp_path):
+    # As after a retry that changed an outcome and was stopped: the journal holds a pruned
+    # row for a config the search now runs. Resumed, it runs once and counts once.
+    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED)
+    out = tmp_path / "run"
+    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    whole = rows_of(out)
+    lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    ran = next(line for line in lines if line["status"] == "ok")
+    ran.update(status="pruned", latency_ms=None, latency_p20_ms=None, latency_p80_ms=None,
+               device="", node="", worker="")
+    (out / "journal.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for artefact in ("trials.parquet", "snapshot.json", "best.json"):
+        (out / artefact).unlink()
+    result = sweep_proc("resume", out, "--address", ray_address)
+    assert result.returncode == 0 and "complete — " in result.stdout, result.stderr
+    rows = rows_of(out)
+    assert compared(rows) == compared(whole)
+    assert rows[ran["index"]]["attempt"] == 2  # its run superseded the pruned row
+    snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
+    assert snap["done"] == 432 and snap["counts"] == dict(Counter(r["status"] for r in whole))
