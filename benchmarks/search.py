@@ -17,7 +17,10 @@ exhaustive best.
     (b)'s, exhaustive against guided: each GPU's busy share, from its first trial to its
     last, is what the search's decisions and batches leave of it.
 
-Usage: python benchmarks/search.py [--only abc] [--scale 1.0] [--out DIR]
+(w) Warm start: (a)'s guided search of the 1,800-config space started from the top 8 of
+    the 600-config table (the same problem, another space), against starting cold.
+
+Usage: python benchmarks/search.py [--only awbc] [--scale 1.0] [--out DIR]
 Writes benchmarks/results/search-DATE.json and prints a summary.
 """
 
@@ -44,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import record  # noqa: E402
 from sweep.search import Search, SearchOptions, batch_size, strategy  # noqa: E402
 from sweep.spec import load_spec  # noqa: E402
+from sweep.warm_start import indices_of  # noqa: E402
 
 TABLES = ROOT / "benchmarks" / "tables"
 # Each recorded table and the spec that recorded it (the replay reads the table's rows by
@@ -77,14 +81,21 @@ def recorded(table: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def decide(case: str, options: SearchOptions, gpus: int) -> dict[str, Any]:
-    """A strategy's decisions from the recorded table alone."""
+def decide(case: str, options: SearchOptions, gpus: int,
+           warm_from: str | None = None) -> dict[str, Any]:
+    """A strategy's decisions from the recorded table alone; warm_from: another case
+    whose top configs (by its recorded one pass) the search starts with."""
     path, table = CASES[case]
     spec = load_spec(ROOT / path, import_kernel=False)
     space = spec.expand()
     rows = recorded(TABLES / table)
     truth = [rows[space.config_json(i)] for i in range(len(space))]
-    search = Search(strategy(space, options, batch_size(options, gpus, SLOTS)), {})
+    warm: list[int] = []
+    if warm_from is not None:
+        theirs = sorted((r for r in recorded(TABLES / CASES[warm_from][1]).items()
+                         if r[1]["latency_ms"] is not None), key=lambda r: r[1]["latency_ms"])
+        warm = indices_of(space, [json.loads(c) for c, _ in theirs[:options.warm_start]])
+    search = Search(strategy(space, options, batch_size(options, gpus, SLOTS), warm), {})
     queue = search.advance()
     while queue:
         for i in queue:
@@ -92,12 +103,17 @@ def decide(case: str, options: SearchOptions, gpus: int) -> dict[str, Any]:
         queue = search.advance()
     ran = sorted(search.known)
     best = min(t["latency_ms"] for t in truth if t["latency_ms"] is not None)
+    # How many configs ran (in batch order) before one within 2% of the best had.
+    order = [i for batch in search.batches for i in batch]
+    to_2pct = next((k + 1 for k, i in enumerate(order) if truth[i]["latency_ms"] is not None
+                    and truth[i]["latency_ms"] <= 1.02 * best), None)
     pick = min((truth[i]["latency_ms"] for i in ran if truth[i]["latency_ms"] is not None),
                default=math.inf)
     return {"seed": options.seed, "ran": len(ran), "fraction": len(ran) / len(space),
             "gpu_s": sum(truth[i]["gpu_s"] for i in ran),
             "compile_s": sum(truth[i]["compile_s"] for i in ran),
-            "pick_ms": pick, "over_best": pick / best - 1, "indices": ran}
+            "pick_ms": pick, "over_best": pick / best - 1, "configs_to_2pct": to_2pct,
+            "indices": ran}
 
 
 def decisions(gpus: int) -> dict[str, Any]:
@@ -122,6 +138,22 @@ def decisions(gpus: int) -> dict[str, Any]:
                 "compile_s_ratio": total["compile_s"] / statistics.median(
                     r["compile_s"] for r in runs),
                 "worst_over_best": max(r["over_best"] for r in runs)}
+    return out
+
+
+def warm_decisions() -> dict[str, Any]:
+    """The 1,800-config space's guided search started from the 600-config space's top 8
+    configs (the same problem, another space: as a sweep of a nearby space would be
+    cached), against starting cold, 1 GPU's batches."""
+    out: dict[str, Any] = {}
+    for label, source in (("cold", None), ("warm_from_600", "matmul-600")):
+        runs = [decide("matmul-1800", SearchOptions("guided", seed=s), 1, source)
+                for s in SEEDS]
+        out[label] = {"within_2pct": sum(r["over_best"] <= 0.02 for r in runs),
+                      "median_fraction": statistics.median(r["fraction"] for r in runs),
+                      "median_configs_to_2pct": statistics.median(
+                          r["configs_to_2pct"] or math.inf for r in runs),
+                      "seeds": [{k: v for k, v in r.items() if k != "indices"} for r in runs]}
     return out
 
 
@@ -233,7 +265,7 @@ def simulated(trial_ms: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="abc")
+    parser.add_argument("--only", default="awbc")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
@@ -252,6 +284,12 @@ def main() -> None:
                           f"+{s['worst_over_best']:.1%}")
     if "b" in args.only:
         result["runs"] = runs(args.scale)
+    if "w" in args.only:
+        result["warm_start"] = warm_decisions()
+        for label, w in result["warm_start"].items():
+            print(f"1 GPU matmul-1800  guided {label:14} within 2%: {w['within_2pct']}/10, "
+                  f"ran median {w['median_fraction']:.1%}, within 2% after a median "
+                  f"{w['median_configs_to_2pct']} configs")
     if "c" in args.only:
         result["simulated_8gpu"] = simulated(20.0)
     print(record.write(result, args.out))
