@@ -212,17 +212,21 @@ def resume_command(path: Path) -> str:
     return f"sweep resume {shlex.quote(str(path))}"
 
 
-def how_many(done: int, total: int, pruned: int) -> str:
-    """How much of the space a run has done; a search's pruned configs are not trials."""
-    if not pruned:
-        return f"{done} of {total} trials"
-    return f"{done - pruned} of {total} configs run, {pruned} pruned by the search"
+def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str:
+    """How much of the space a run has done; a search's pruned configs are not trials.
+    most: the trials a search still going runs at most (its budget)."""
+    if pruned:
+        return f"{done - pruned} of {total} configs run, {pruned} pruned by the search"
+    if most is not None and most < total:
+        return f"{done} of at most {most} trials (a search of {total} configs)"
+    return f"{done} of {total} trials"
 
 
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
-                  elapsed_s: float, resume_options: str = "") -> None:
+                  elapsed_s: float, resume_options: str = "", most: int | None = None) -> None:
+    """most: the trials a search runs at most (see how_many)."""
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
-    done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0))
+    done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0), most)
     say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
     if tally.best:
         partial = "" if state == "complete" else " (partial)"

@@ -623,7 +623,9 @@ class Session:
             say(err, "stopped before the fastest configs were re-timed side by side: the best "
                      "is one pass's, so the best-config cache does not take it (--force "
                      "tunes again)")
-        print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again)
+        print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
+                      spec.search.most(len(self.space)) if "pruned" not in self.retry
+                      else None)
         if state == "complete" and tally.best is None:
             _print_errors(out, pq.read_table(run.trials, columns=["index", "status", "error"]))
             return EXIT_NONE_WORKED
