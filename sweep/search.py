@@ -226,25 +226,21 @@ def rungs(n: int, eta: int, keep: int) -> list[int]:
 class Guided:
     """A model-guided batch search. The model: log latency as a sum of each parameter's
     and each pair of parameters' value effects (ridge regression on one-hot features),
-    and the same form for the chance that a config fails; fitted on bootstrap resamples,
-    whose spread stands for its uncertainty. Each batch takes the untried configs with
-    the lowest optimistic prediction (mean less the spread, plus the failure risk), and
-    every untried neighbour (one parameter one step away) of the best few, so that the
-    best's surroundings are searched exhaustively. The first two batches are a spread
-    sample (the warm start's configs first)."""
+    fitted on bootstrap resamples whose spread stands for its uncertainty; and one fit of
+    the same form for the chance that a config fails. Each batch takes the untried
+    neighbours of the best three (one step in one parameter; in one or two for the best)
+    that the model ranks highest, up to half the batch, then the untried configs with
+    the lowest optimistic prediction (mean less the spread, plus the failure risk). The
+    first two batches are a spread sample (the warm start's configs first)."""
 
     def __init__(self, space: Space, options: SearchOptions, batch: int,
                  warm: Sequence[int] = ()) -> None:
         self.space, self.options, self.batch, self.warm = space, options, batch, list(warm)
         self.limit = max(1, math.ceil(options.budget * len(space)))
-        # The first batch is a spread sample large enough for the run's compile limit to
-        # be learnt from it (a compile hanging in it otherwise holds every decision until
-        # the fixed limit; see sweep/scheduling.py), and for a first model.
-        self.initial = INITIAL
         self.varied = [n for n in space.names if len(space.tables[n]) > 1]
         # Each config's position in the product of the varied parameters' value lists:
         # ascending, as the space is in product order, so a neighbour is a binary search.
-        sizes = [len(space.tables[n]) for n in self.varied]
+        self.sizes = sizes = [len(space.tables[n]) for n in self.varied]
         self.strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
         self.keys = np.zeros(len(space), dtype=np.int64)
         for n, stride in zip(self.varied, self.strides):
@@ -262,7 +258,10 @@ class Guided:
     def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
                 taken: set[int]) -> list[int] | None:
         k = len(batches)
-        size = max(self.batch, self.initial) if k == 0 else self.batch
+        # The first batch is a spread sample large enough for the run's compile limit to
+        # be learnt from it (a compile hanging in it otherwise holds every decision until
+        # the fixed limit; see sweep/scheduling.py), and for a first model.
+        size = max(self.batch, INITIAL) if k == 0 else self.batch
         room = min(size, self.limit - len(taken), len(self.space) - len(taken))
         if room <= 0 or (k > LAG and self._stalled(seen, batches)):
             return None
@@ -285,7 +284,7 @@ class Guided:
 
     def _features(self, indices: np.ndarray) -> np.ndarray:
         codes = [self.space.codes[n][indices].astype(np.int64) for n in self.varied]
-        sizes = [len(self.space.tables[n]) for n in self.varied]
+        sizes = self.sizes
         columns, offset = [], 0
         for c, s in zip(codes, sizes):
             columns.append(offset + c)
@@ -328,7 +327,7 @@ class Guided:
         lat = np.array([seen[i] if seen[i] is not None else np.nan for i in done.tolist()])
         ok = ~np.isnan(lat)
         ranked = done[ok][np.lexsort((done[ok], lat[ok]))]
-        # The best few's untried neighbours come first, nearest the best first.
+        # The best three's untried neighbours: candidates, and (below) up to half the batch.
         local: list[int] = []
         for rank, i in enumerate(ranked[:3].tolist()):
             local += [j for j in self._neighbours(i, 2 if rank == 0 else 1)

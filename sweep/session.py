@@ -454,6 +454,7 @@ class Session:
         spec = self.spec
         tally = Tally(total=len(self.space))
         done = np.empty(0, int)
+        pruned_before: pa.Table | None = None  # a search's pruned rows, when resuming
         spent, deaths = read_attempts(run.attempts, rundir.record_check(spec, self.space))
         if loaded is not None:
             records = loaded.records
@@ -467,21 +468,19 @@ class Session:
                     deaths.pop(i, None)  # a retried crash gets its retries again
                 say(err, f"retrying {again.num_rows} configs recorded "
                          f"{' or '.join(sorted(self.retry))}")
+            if not spec.search.exhaustive:
+                # A search decides its pruned rows again from its journal: the same way,
+                # unless a retry changed an outcome (then a config it now runs supersedes
+                # its row).
+                pruned = pc.equal(records.column("status"), PRUNED)
+                pruned_before = records.filter(pruned)
+                for i, attempt in zip(pruned_before.column("index").to_pylist(),
+                                      pruned_before.column("attempt").to_pylist()):
+                    spent[i] = max(spent.get(i, 0), attempt)
+                records = records.filter(pc.invert(pruned))
             tally = Tally.from_journal(len(self.space), records)
             done = records.column("index").to_numpy()
         compiles = placement.compile_workers > 0
-        pruned_before: pa.Table | None = None
-        if loaded is not None and not spec.search.exhaustive:
-            # A search decides its pruned rows again from its journal: the same way, unless
-            # a retry changed an outcome (then a config it now runs supersedes its row).
-            pruned = pc.equal(records.column("status"), PRUNED)
-            pruned_before = records.filter(pruned)
-            for i, attempt in zip(pruned_before.column("index").to_pylist(),
-                                  pruned_before.column("attempt").to_pylist()):
-                spent[i] = max(spent.get(i, 0), attempt)
-            records = records.filter(pc.invert(pruned))
-            tally = Tally.from_journal(len(self.space), records)
-            done = records.column("index").to_numpy()
         search = self._search(records if loaded is not None else None, placement, err)
         feed = None
         if search is not None:
