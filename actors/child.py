@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -67,7 +68,8 @@ def start_detached(entry: str, *args: str, env: dict[str, str],
                    env=env, stderr=stderr)
 
 
-def start(entry: str, payload: str) -> Child:
+def start(entry: str, payload: str, *, stderr: IO[bytes] | None = None,
+          env: dict[str, str] | None = None) -> Child:
     """Run `entry` ("module:function") in a new process; it is called as
     function(read_fd, write_fd, payload) and talks over the two pipes (see connect)."""
     module, _, function = entry.partition(":")
@@ -76,7 +78,7 @@ def start(entry: str, payload: str) -> Child:
     process = _python(f"from {module} import {function}; "
                       f"{function}(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])",
                       str(child_reads), str(child_writes), payload,
-                      pass_fds=(child_reads, child_writes))
+                      pass_fds=(child_reads, child_writes), env=env, stderr=stderr)
     os.close(child_reads)
     os.close(child_writes)
     return Child(process, Connection(parent_reads, writable=False),
@@ -119,14 +121,17 @@ class ForkServer:
     does not survive a fork; its children may. Requests are queued at once; the server
     answers them once it has prepared, so asking never waits for its imports."""
 
-    def __init__(self, prepare: str, payload: str, stderr: IO[bytes] | None = None) -> None:
-        """stderr: where it and its children write theirs (default: this process's)."""
+    def __init__(self, prepare: str, payload: str, stderr: IO[bytes] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """stderr: where it and its children write theirs (default: this process's); env:
+        their environment (default: this process's)."""
         module, _, function = prepare.partition(":")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = _python(
             f"from {module} import {function}; from actors.child import _fork_serve; "
             f"{function}(sys.argv[2]); _fork_serve(int(sys.argv[1]))",
-            str(theirs.fileno()), payload, pass_fds=(theirs.fileno(),), stderr=stderr)
+            str(theirs.fileno()), payload, pass_fds=(theirs.fileno(),), stderr=stderr,
+            env=env)
         theirs.close()
         self._socket = ours
         self._asked = 0
@@ -227,6 +232,7 @@ def _fork_serve(sock_fd: int) -> None:
         entry, _, payload = message.partition("\0")
         pid = os.fork()
         if pid == 0:
+            code = 0
             try:
                 sock.close()
                 os.setsid()  # its own group, so a kill reaches the compilers it runs
@@ -234,11 +240,21 @@ def _fork_serve(sock_fd: int) -> None:
                 module, _, function = entry.partition(":")
                 target = getattr(__import__(module, fromlist=[function]), function)
                 target(fds[0], fds[1], payload)
+            except BaseException:  # a child that fails says why, as a Python process would
+                code = 1
+                traceback.print_exc()
             finally:
-                os._exit(0)
+                sys.stderr.flush()
+                os._exit(code)
         for fd in fds:
             os.close(fd)
         sock.sendall(pid.to_bytes(8, "little"))
+
+
+def error_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def connect(read_fd: int, write_fd: int) -> tuple[Connection, Connection]:

@@ -11,6 +11,15 @@ Besides the configs its worker will time (`submit`), the pool takes hints of con
 sweep will hand out soon to some worker (`hint`): idle processes compile those into the
 shared cache, so a few slow compiles at the end of a sweep do not run one after another.
 Submitted configs always go first: a speculative compile never delays one a GPU needs.
+
+A kernel's own package may leave the fork server unfit to fork from: one that asks torch
+for the GPU at import (Liger-Kernel calls torch.cuda.is_available()) initialises CUDA there,
+and a forked child's CUDA then refuses to start ("Cannot re-initialize CUDA in forked
+subprocess"). The server asks NVML instead where torch allows it (FORK_SAFE_ENV); a fork
+that still cannot start makes the pool start its processes on their own from then on, each
+importing for itself. Processes that cannot start even so leave the pool down, never the
+worker: it compiles each config itself, as before the pool is up. Either way the pool says
+why, once (notices()).
 """
 
 from __future__ import annotations
@@ -28,6 +37,15 @@ from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
 from actors import child
+
+# In the fork server and its children: torch.cuda.is_available() asks NVML rather than
+# CUDA, which once initialised does not survive a fork (torch's "poison fork").
+FORK_SAFE_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+# A compile process not up by then has failed to start: a fork sets up CUDA and the
+# kernel's inputs, a process of its own imports torch and the kernel first.
+START_LIMIT_S = 120.0
+# Failed starts in a row, with none up meanwhile, after which the pool stays down.
+MAX_FAILED_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,9 @@ class Compiler(Protocol):
     def withdraw(self, key: int) -> bool:
         """Take back a submitted config that no process has begun; False if one has."""
 
+    def notices(self) -> list[str]:
+        """What its worker should tell the user about the pool (each said once)."""
+
     def close(self) -> None: ...
 
 
@@ -101,24 +122,14 @@ def prepare(spec_json: str) -> None:
 
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     """A compile process: build launch arguments of the real types and values once (Triton
-    specialises on dtypes, alignment and some integer values), then compile on request."""
+    specialises on dtypes, alignment and some integer values), then compile on request.
+    A set-up that fails says why before the process ends."""
     inbox, outbox = child.connect(read_fd, write_fd)
-    # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
-    os.nice(10)
-    spec = json.loads(spec_json)
-    if "device" in spec:  # before anything touches CUDA
-        os.environ["CUDA_VISIBLE_DEVICES"] = spec["device"]
-    from sweep_kernels import load_kernel
-
-    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
-    # A spec's problem as written, before its kernel's defaults were merged, is enough.
-    problem = {**kernel.problem_defaults, **spec["problem"]}
-    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    inputs = kernel.make_inputs(problem, device, spec["seed"])
-    args, _ = kernel.launch_args(inputs, problem)
-    # As the launcher passes them (actors/triton_backend.py): a compile for other
-    # keyword values would fill the cache with a binary nobody launches.
-    fixed = {**kernel.fixed, **spec["fixed"]}
+    try:
+        kernel, problem, args, fixed = _set_up(json.loads(spec_json))
+    except Exception as e:
+        outbox.send(("failed", None, child.error_line(e)))
+        return
     outbox.send(("ready", None, None))
     while True:
         try:
@@ -140,30 +151,56 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
 
 
+def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, Any]]:
+    # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
+    os.nice(10)
+    if "device" in spec:  # before anything touches CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec["device"]
+    from sweep_kernels import load_kernel
+
+    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
+    # A spec's problem as written, before its kernel's defaults were merged, is enough.
+    problem = {**kernel.problem_defaults, **spec["problem"]}
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    inputs = kernel.make_inputs(problem, device, spec["seed"])
+    args, _ = kernel.launch_args(inputs, problem)
+    # As the launcher passes them (actors/triton_backend.py): a compile for other
+    # keyword values would fill the cache with a binary nobody launches.
+    return kernel, problem, args, {**kernel.fixed, **spec["fixed"]}
+
+
 @dataclass
 class _Proc:
     child: child.Child
+    forked: bool
     ready: bool = False
     task: tuple[int, Mapping[str, Any]] | None = None
-    since: float = 0.0
+    since: float = 0.0  # when it started, then when its task did
 
 
 class CompilePool:
     def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
                  limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
                  stderr: IO[bytes] | None = None,
-                 fixed: Mapping[str, Any] | None = None) -> None:
+                 fixed: Mapping[str, Any] | None = None, unforked: bool = True) -> None:
         """devices: GPU ids to spread the processes over (each sets up CUDA for its
         launch arguments); default: the one this process sees. stderr: where the
-        processes write theirs. fixed: the spec's fixed keyword arguments."""
+        processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
+        whether processes start on their own where forks cannot (each imports torch and
+        the kernel itself: seconds of CPU), or the pool stays down."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {})}
         self._devices = list(devices)
         self.limit = limit
+        self._stderr = stderr
+        self._unforked = unforked
         self._failed_starts = 0
+        self._forking = True
+        self._down: str | None = None  # why no process can start: the pool stays down
+        self._notices: list[str] = []
         self._server = child.ForkServer("actors.compile_pool:prepare", json.dumps(self._spec),
-                                        stderr)
-        self._procs = [self._start(i) for i in range(max(1, size))]
+                                        stderr, env={**os.environ, **FORK_SAFE_ENV})
+        self._procs: list[_Proc | None] = [self._start(i) for i in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
         self._hints: dict[int, Mapping[str, Any]] = {}  # compiled when nothing is queued
         self._done: dict[int, Compiled] = {}
@@ -178,7 +215,11 @@ class CompilePool:
     def _start(self, i: int) -> _Proc:
         spec = {**self._spec, "device": self._devices[i % len(self._devices)]} \
             if self._devices else self._spec
-        return _Proc(self._server.start("actors.compile_pool:serve", json.dumps(spec)),
+        entry, payload = "actors.compile_pool:serve", json.dumps(spec)
+        if self._forking:
+            return _Proc(self._server.start(entry, payload), True, since=time.monotonic())
+        return _Proc(child.start(entry, payload, stderr=self._stderr,
+                                 env={**os.environ, **FORK_SAFE_ENV}), False,
                      since=time.monotonic())
 
     def set_limit(self, limit: CompileLimit) -> None:
@@ -187,7 +228,12 @@ class CompilePool:
     def started(self) -> bool:
         with self._lock:
             self._pump()
-            return any(p.ready for p in self._procs)
+            return any(p is not None and p.ready for p in self._procs)
+
+    def notices(self) -> list[str]:
+        with self._lock:
+            told, self._notices = self._notices, []
+            return told
 
     def withdraw(self, key: int) -> bool:
         with self._lock:
@@ -205,14 +251,14 @@ class CompilePool:
 
     def hint(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
-            if key not in self._done and not self._in_flight(key):
+            if self._down is None and key not in self._done and not self._in_flight(key):
                 self._hints[key] = config
             self._pump()
 
     def _in_flight(self, key: int) -> bool:
         """Queued or compiling now (a hint is neither until a process takes it)."""
-        return any(p.task is not None and p.task[0] == key for p in self._procs) or \
-            any(k == key for k, _ in self._queue)
+        return any(p is not None and p.task is not None and p.task[0] == key
+                   for p in self._procs) or any(k == key for k, _ in self._queue)
 
     def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
         with self._lock:
@@ -227,14 +273,17 @@ class CompilePool:
         keep a submitting thread out (Python's locks are not fair) until its own result
         came, and the next batch would start compiling only then."""
         with self._lock:
-            replies = [p.child.replies for p in self._procs]
+            replies = [p.child.replies for p in self._procs if p is not None]
+        if not replies:  # the pool is down: nothing will come
+            time.sleep(timeout_s)
+            return
         with contextlib.suppress(OSError, ValueError):  # a process replaced meanwhile
             wait(replies, timeout=timeout_s)
 
     def _pump(self) -> None:
         """Hand queued configs to idle processes; take every reply that has arrived."""
         for i, p in enumerate(self._procs):
-            if p.ready and p.task is None and (self._queue or self._hints):
+            if p is not None and p.ready and p.task is None and (self._queue or self._hints):
                 task = self._queue.popleft() if self._queue else self._next_hint()
                 p.task, p.since = task, time.monotonic()
                 try:
@@ -243,25 +292,64 @@ class CompilePool:
                     self._queue.appendleft(p.task)
                     p.task = None
                     self._replace(i, "the compile process died")
-        ready = wait([p.child.replies for p in self._procs], timeout=0)
+        procs = [p for p in self._procs if p is not None]
+        ready = wait([p.child.replies for p in procs], timeout=0)
         for i, p in enumerate(self._procs):
+            if p is None:
+                continue
             if p.child.replies in ready:
                 try:
                     key, ms, error = p.child.replies.recv()
                 except EOFError:  # the compile process died (a crash inside the compiler)
-                    if not p.ready:
-                        self._failed_starts += 1
-                        if self._failed_starts > 3:
-                            raise RuntimeError("compile processes keep dying at start-up") from None
-                    self._replace(i, "the compile process died")
+                    if p.ready:
+                        self._replace(i, "the compile process died")
+                    else:
+                        self._failed_start(i, "it exited while starting, without a word")
                     continue
                 if key == "ready":
                     p.ready, self._failed_starts = True, 0
-                    continue
-                self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
-                p.task = None
+                elif key == "failed":
+                    self._failed_start(i, error)
+                else:
+                    self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
+                    p.task = None
+            elif not p.ready and time.monotonic() - p.since > START_LIMIT_S:
+                self._failed_start(i, f"it was not up within {START_LIMIT_S:g} s")
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
                 self._replace(i, self.limit.why(time.monotonic() - p.since), True)
+
+    def _failed_start(self, i: int, why: str) -> None:
+        """A process that could not start. A fork's failure is the fork server's state (a
+        kernel whose import set up CUDA there): from then on processes start on their own.
+        Otherwise, after MAX_FAILED_STARTS in a row the pool stays down: its worker
+        compiles configs itself, as it does before the pool is up."""
+        p = self._procs[i]
+        assert p is not None
+        child.kill(p.child)
+        if p.forked and self._forking and self._unforked:
+            self._forking = False
+            self._notices.append(
+                f"compile processes forked from one that imported the kernel cannot start "
+                f"({why}); each starts on its own instead, importing torch and the kernel "
+                "itself")
+            for k, other in enumerate(self._procs):  # forks still starting will fail alike
+                if other is not None and other.forked and not other.ready and k != i:
+                    child.kill(other.child)
+                    self._procs[k] = self._start(k)
+            self._procs[i] = self._start(i)
+            return
+        self._failed_starts += 1
+        if self._failed_starts < MAX_FAILED_STARTS and (self._unforked or not p.forked):
+            self._procs[i] = self._start(i)
+            return
+        self._down = why
+        self._notices.append(f"compile processes cannot start ({why}); this worker compiles "
+                             "each config itself before timing it")
+        for k, other in enumerate(self._procs):
+            if other is not None:
+                child.kill(other.child)
+            self._procs[k] = None
+        self._hints.clear()
 
     def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
         key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order
@@ -269,6 +357,7 @@ class CompilePool:
 
     def _replace(self, i: int, why: str, timed_out: bool = False) -> None:
         p = self._procs[i]
+        assert p is not None
         if p.task is not None:
             key = p.task[0]
             if not timed_out and key not in self._retried:
@@ -288,5 +377,6 @@ class CompilePool:
             # process is killed with its group: the compilers it runs go too.
             self._server.settle(1.0)
             for p in self._procs:
-                child.kill(p.child)
+                if p is not None:
+                    child.kill(p.child)
             self._server.close()

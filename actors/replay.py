@@ -170,6 +170,9 @@ class ReplayCompiler:
                 self._hints[key] = canonical_json(dict(config)), now
             self._advance(now)
 
+    def notices(self) -> list[str]:
+        return []
+
     def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
         with self._lock:
             self._advance(time.monotonic())

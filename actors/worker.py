@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors.child import error_line
 from actors.compile_pool import Compiled, CompileLimit, Compiler, compile_weight
 from actors.timing import Retimed
 from storage.lines import encode
@@ -45,6 +46,14 @@ class TrialStarted:
     index: int
     ordinal: int
     ahead: bool = False  # compiled ahead by the pool (its processes are up), not inline
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the user should know about the worker that is no trial's outcome (its
+    compile pool fell back, or is down, and why); said once."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,12 @@ class WorkerFailed:
     text: str
 
 
-WorkerMessage = BatchStarted | TrialStarted | Finished
+class WorkerError(RuntimeError):
+    """What a batch's stream raises when the worker's runner failed: its message is the
+    runner's exception as one line."""
+
+
+WorkerMessage = BatchStarted | TrialStarted | Note | Finished
 MAX_CHUNK = 4096  # messages a batch's stream sends at once
 LINGER_S = 0.02  # how long a fast stream of records waits to send more at once
 FAST_S = 0.002  # a stream is fast while its lists go out at most this far apart
@@ -263,7 +277,7 @@ class TrialWorker:
                 if isinstance(message, WorkerFailed):
                     if chunk.size:
                         yield chunk.messages()
-                    raise RuntimeError(message.text)
+                    raise WorkerError(message.text)
                 reported += chunk.add(message)
                 if reported >= len(trials) or chunk.size >= MAX_CHUNK:
                     break
@@ -295,7 +309,7 @@ class TrialWorker:
                     if running is not None and running not in failing:
                         failing.append(running)
                     for held in failing:
-                        held.out.put(WorkerFailed(f"{type(e).__name__}: {e}"))
+                        held.out.put(WorkerFailed(error_line(e)))
                     self._held.clear()
 
     def _next(self) -> tuple[_Held, tuple[int, dict[str, Any], int], Compiled | None]:
@@ -310,7 +324,10 @@ class TrialWorker:
                 return held, self._take(held, 0), None
             keys = [t[0] for h in held_now for t in h.trials]
             got: tuple[int, Compiled | None] | None = self.pool.take(keys)
-            if got is None and not self.pool.started():
+            up = self.pool.started()
+            for text in self.pool.notices():
+                held_now[0].out.put(Note(text))
+            if got is None and not up:
                 # No compile process is up yet (they import torch first): the device's
                 # own process compiles a config itself rather than wait for them, the
                 # likely-quickest (perhaps compiled before Ray was up, see prestart.py).

@@ -37,6 +37,7 @@ import pyarrow.json as paj
 from storage.lines import (
     ATTEMPT_EVENTS,
     RUN_FIELD,
+    WHY_FIELD,
     check_run,
     encode,
 )
@@ -239,10 +240,10 @@ def _json_object(line: bytes) -> dict[str, Any]:
     return value
 
 
-def _check_keys(row: dict[str, Any], keys: Iterable[str]) -> None:
+def _check_keys(row: dict[str, Any], keys: Iterable[str], optional: Iterable[str] = ()) -> None:
     expected = list(keys)
     missing = [k for k in expected if k not in row]
-    unknown = [k for k in row if k not in expected]
+    unknown = [k for k in row if k not in expected and k not in optional]
     if missing:
         raise _Bad(f"lacks {', '.join(missing)}")
     if unknown:
@@ -565,8 +566,10 @@ def read_attempts(path: Path, check: RecordCheck) -> tuple[dict[int, int], dict[
 
 def _parse_attempt(line: bytes, check: RecordCheck) -> tuple[int, int, str]:
     event = _json_object(line)
-    _check_keys(event, ("index", "attempt", "event", RUN_FIELD))
+    _check_keys(event, ("index", "attempt", "event", RUN_FIELD), optional=(WHY_FIELD,))
     index, attempt, kind, run = (event[k] for k in ("index", "attempt", "event", RUN_FIELD))
+    if not isinstance(event.get(WHY_FIELD, ""), str):
+        raise _Bad(f"why {json.dumps(event[WHY_FIELD])} is not a string")
     if type(index) is not int or not 0 <= index < check.total:
         raise _Bad(f"index {json.dumps(index)} is not an integer in 0..{check.total - 1}")
     if type(attempt) is not int or attempt < 1:

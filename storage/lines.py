@@ -16,6 +16,7 @@ _RUN = re.compile(r"[0-9a-f]{16}")
 
 AttemptEvent = Literal["died", "interrupted"]
 ATTEMPT_EVENTS: tuple[str, ...] = get_args(AttemptEvent)
+WHY_FIELD = "why"  # an attempt line's optional reason (lines before it have none)
 
 _LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # built once, as it is costly
 
@@ -34,10 +35,15 @@ def encode(record: TrialRecord, run: str) -> bytes:
     return (_LINE.encode(data) + "\n").encode()
 
 
-def encode_attempt(index: int, attempt: int, event: AttemptEvent, run: str) -> bytes:
-    """An attempt spent without a record: its worker "died", or the run was "interrupted"."""
+def encode_attempt(index: int, attempt: int, event: AttemptEvent, run: str,
+                   why: str | None = None) -> bytes:
+    """An attempt spent without a record: its worker "died" (why: how, in one line), or the
+    run was "interrupted"."""
     check_run(run)
     if event not in ATTEMPT_EVENTS:
         raise ValueError(f"unknown attempt event {event!r}")
-    line = {"index": index, "attempt": attempt, "event": event, RUN_FIELD: run}
+    line: dict[str, object] = {"index": index, "attempt": attempt, "event": event,
+                               RUN_FIELD: run}
+    if why is not None:
+        line[WHY_FIELD] = why
     return (json.dumps(line, separators=(",", ":")) + "\n").encode()

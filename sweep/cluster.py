@@ -286,6 +286,33 @@ def _neutral_cwd() -> Iterator[None]:
         os.chdir(here)
 
 
+_reports_to: list[Path] = []  # where divert_ray_reports sends Ray's reports now
+
+
+def divert_ray_reports(log: Path) -> None:
+    """From now on, Ray's reports to this driver (the raylet's paragraph of a thousand
+    characters on each worker that dies, which Ray prints on stdout) go to `log` instead
+    of the terminal: the sweep says why each worker died in one line of its own. (A private
+    hook of Ray's: where it is missing, Ray prints them as before.)"""
+    _reports_to[:] = [log]
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "diverted", False):
+        return
+
+    def divert(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            original(data, ignore_prefix)
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with contextlib.suppress(OSError, IndexError), \
+                _reports_to[0].open("a", encoding="utf-8") as f:
+            f.writelines(f"{stamp} {line}\n" for line in data.get("lines", []))
+
+    divert.diverted = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = divert  # type: ignore[union-attr]
+
+
 @contextlib.contextmanager
 def _without_rays_sigterm_handler() -> Iterator[None]:
     """ray.init replaces the SIGTERM handler with sys.exit; raised inside Ray's start-up

@@ -46,6 +46,7 @@ from sweep.runtime import (
     TrialBegan,
     TrialsDone,
     WorkerLost,
+    WorkerNote,
     WorkerUp,
 )
 from sweep.scheduling import AdaptiveLimit
@@ -60,11 +61,13 @@ _UNSENT: dict[str, Any] = {}  # never changed
 @dataclass(frozen=True)
 class SpentAttempt:
     """An attempt that ended without a record: its worker "died", or the run was
-    "interrupted" while it ran. Resume numbers the next attempt after it."""
+    "interrupted" while it ran. Resume numbers the next attempt after it. why: how the
+    worker died, in one line."""
 
     index: int
     attempt: int
     event: Literal["died", "interrupted"]
+    why: str | None = None
 
 
 class TrialLog(Protocol):
@@ -271,7 +274,7 @@ class Driver:
                 self._give_up(slot, f"no worker started within run.start_timeout_s="
                                     f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
                                     "have the free GPUs (or CPUs) it advertises?")
-            self._give_up(slot, f"worker {slot.name} did not start within "
+            self._give_up(slot, f"worker {slot.name} did not start within run.start_timeout_s="
                                 f"{self.limits.start_timeout_s:g} s (no free resources for it?)")
 
     # --- the loop ------------------------------------------------------------------------
@@ -500,6 +503,9 @@ class Driver:
         slot = self._slot(event.worker)
         if slot is None:
             return  # a worker already given up
+        if isinstance(event, WorkerNote):
+            self._event(f"worker {event.worker}: {event.text}")
+            return
         now = self.runtime.monotonic()
         phase = _PHASES[type(event)]
         if phase not in self.timeline:
@@ -579,9 +585,10 @@ class Driver:
             slot.failed_starts += 1
             if slot.failed_starts >= self.limits.max_failed_starts:
                 self._give_up(slot, f"a worker failed to start {slot.failed_starts} times "
-                                    f"({event.why[:1000]})")
+                                    f"(the last, {slot.name}: {event.why})")
                 return
-            self._event(f"a worker died while starting; replacing it: {event.why[:200]}")
+            self._event(f"worker {slot.name} died while starting: {event.why}; "
+                        "starting another")
             self._replace(slot)
             self._requeue(rest)
             return
@@ -591,14 +598,14 @@ class Driver:
             rest = [t for t in rest if t[0] != index]
             confirmed = batch.probation
             self.deaths[index] = self.deaths.get(index, 0) + 1
-            self._attempts.append(SpentAttempt(index, attempt, "died"))
-            self._event(f"worker died running trial {index} (attempt {attempt}"
-                        f"{', alone' if confirmed else ''})")
+            self._attempts.append(SpentAttempt(index, attempt, "died", event.why))
+            self._event(f"worker {slot.name} died running trial {index} (attempt {attempt}"
+                        f"{', alone' if confirmed else ''}): {event.why}")
             if confirmed and self.deaths[index] > self.limits.max_retries:
                 self.probation.discard(index)
                 # Recorded before the slot gets its next worker: the row names this one.
                 self._record_failure(slot, index, config, attempt, TrialOutcome(
-                    "crashed", "skipped", error=event.why))
+                    "crashed", "skipped", error=f"its worker died: {event.why}"))
             else:
                 self.probation.add(index)
                 rest.insert(0, (index, config, attempt + 1))
@@ -621,18 +628,24 @@ class Driver:
                 # Nothing began (it finished a batch and never began the next, or waited on
                 # compiles past their limit): the worker, not a trial, stopped (a frozen
                 # process, a lost message). Nobody is to blame.
+                waiting = self.limits.announced and slot.running is None
+                rule = f"run.trial_timeout_s {self.limits.trial_timeout_s:g} s" + (
+                    f" + the compile limit {self.limits.compile_wait_s:g} s" if waiting else "")
                 where = "waiting on compiles" if self.limits.announced else "between batches"
                 self._event(f"worker {slot.name} made no progress for "
-                            f"{self._allowance(slot):g} s {where}; replacing it")
+                            f"{self._allowance(slot):g} s {where} ({rule}): "
+                            "the driver ends it and starts another")
                 self._replace(slot)
                 self._requeue(rest)
                 continue
             index, config, attempt = current[1]
-            self._event(f"trial {index} passed {self.limits.trial_timeout_s:g} s; "
-                        f"replacing worker {slot.name}")
+            self._event(f"trial {index} ran past run.trial_timeout_s "
+                        f"({self.limits.trial_timeout_s:g} s) on worker {slot.name}: "
+                        "the driver ends that worker and starts another")
             self._record_failure(slot, index, config, attempt, TrialOutcome(
                 "timeout", "skipped",
-                error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s"))
+                error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s "
+                      "(the driver ended its worker)"))
             self._replace(slot)
             self._requeue([t for t in rest if t[0] != index])
 

@@ -4,6 +4,7 @@ log. Both are driver Observers (see sweep.driver.Observer)."""
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from rich.console import Console
 from rich.progress import (
@@ -20,6 +21,10 @@ from rich.text import Text
 
 from storage.records import TrialRecord
 from sweep.tally import Tally
+
+RATE_WINDOW_S = 60.0
+MIN_RATE_TRIALS = 3
+MIN_RATE_S = 2.0
 
 
 class _Rate(ProgressColumn):
@@ -42,9 +47,10 @@ class ProgressReporter:
         self.total = min(expected, tally.total) if expected is not None else tally.total
         self.live = self.console.is_terminal
         self.log_every_s = log_every_s
-        self._start = time.monotonic()
-        self._done_at_start = tally.done
         self._last_log = 0.0
+        # (when, trials done) since the first record: the rate over the last RATE_WINDOW_S,
+        # so that start-up (Ray, imports, the first compiles) is no part of it.
+        self._seen: deque[tuple[float, int]] = deque()
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -65,14 +71,30 @@ class ProgressReporter:
         done = min(tally.done, self.total)
         self._progress.update(self._task, completed=done, description=describe(tally))
         now = time.monotonic()
+        self._seen.append((now, tally.done))
+        while len(self._seen) > 2 and now - self._seen[1][0] >= RATE_WINDOW_S:
+            self._seen.popleft()
         if not self.live and now - self._last_log >= self.log_every_s:
             self._last_log = now
-            rate = (tally.done - self._done_at_start) / max(now - self._start, 1e-9)
-            left = self.total - done
-            eta = f"{left / rate:.0f} s" if rate > 0 else "?"
+            rate = self.rate()
+            eta = f"{(self.total - done) / rate:.0f} s" if rate else "?"
             most = " at most" if self.total < tally.total else ""
-            self.console.print(f"progress: {done}/{self.total}{most} done · {describe(tally)} "
-                               f"· {rate:.1f}/s · eta {eta}", highlight=False)
+            rate_text = f"{rate:.1f}/s" if rate else "-/s"
+            self._line(f"progress: {done}/{self.total}{most} done · {describe(tally)} "
+                       f"· {rate_text} · eta {eta}")
+
+    def rate(self) -> float | None:
+        """Trials a second over the last RATE_WINDOW_S; None until there is enough to tell
+        (MIN_RATE_TRIALS trials over MIN_RATE_S)."""
+        (t0, n0), (t1, n1) = self._seen[0], self._seen[-1]
+        if n1 - n0 < MIN_RATE_TRIALS or t1 - t0 < MIN_RATE_S:
+            return None
+        return (n1 - n0) / (t1 - t0)
 
     def on_event(self, message: str) -> None:
-        self.console.print(f"[dim]{message}[/dim]", highlight=False)
+        self._line(message, style="dim")
+
+    def _line(self, text: str, style: str = "") -> None:
+        # Whole lines (a log is grepped, not read at 80 columns), and no markup: an error
+        # text may hold brackets.
+        self.console.print(Text(text, style=style), highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ it.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -17,16 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
+from actors.child import error_line
 from actors.compile_pool import CompileLimit
 from actors.timing import Retimed
 from actors.worker import (
     Batch,
     BatchStarted,
     Finished,
+    Note,
     TrialStarted,
     TrialWorker,
+    WorkerError,
     WorkerSettings,
 )
 from sweep.runtime import (
@@ -40,6 +44,7 @@ from sweep.runtime import (
     TrialBegan,
     TrialsDone,
     WorkerLost,
+    WorkerNote,
     WorkerUp,
 )
 
@@ -81,6 +86,55 @@ class GcsWatch:
         if away >= self.grace_s:
             raise ClusterLost(f"the Ray cluster's head (GCS at {self.where[0]}:"
                               f"{self.where[1]}) has not answered for {away:.0f} s ({why})")
+
+
+# Parts of Ray's report of a dead actor: why it died, and for a dead process how it ended
+# (before Ray's generic advice begins).
+_BECAUSE = re.compile(r"The actor (?:died|is dead) because (.+?)(?:\.\s|\.$|$)", re.S)
+_EXIT_DETAIL = re.compile(r"Worker exit detail: (.*?)(?: Some common causes| There are some "
+                          r"potential root causes| If the process|$)", re.S)
+_PID = re.compile(r"\bpid: (\d+)")
+_IP = re.compile(r"\bip: (\S+)")
+WHY_CHARS = 300
+
+
+def why_dead(e: RayError) -> str:
+    """Ray's report of a failed or dead worker in one line of the sweep's own: what the
+    worker raised, or how its process ended. Ray's own reports run to a thousand
+    characters over several lines, most of it generic advice."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, WorkerError):
+        return _line(f"it raised {cause}")
+    if isinstance(e, RayTaskError) and isinstance(cause, BaseException) and \
+            not isinstance(cause, RayError):
+        return _line(f"it raised {error_line(cause)}")
+    text = getattr(e, "error_msg", None) or str(e)
+    if isinstance(e, RayActorError) and e.actor_init_failed:
+        raised = [line.strip() for line in text.splitlines()
+                  if re.match(r"\s*[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line)]
+        return _line(f"its start-up raised {raised[-1]}" if raised else text)
+    detail = _EXIT_DETAIL.search(text)
+    if detail:
+        pid = _PID.search(text)
+        of = f" (pid {pid.group(1)})" if pid else ""
+        said = " ".join(detail.group(1).split())
+        if "connection error code 2" in said or "End of file" in said:
+            return (f"its process{of} ended without a word (a crash, a signal, os._exit or "
+                    "the OOM killer)")
+        return _line(f"its process{of} died: {said}")
+    because = _BECAUSE.search(text)
+    if because:
+        ip = _IP.search(text)
+        said = " ".join(because.group(1).split())
+        if ip and "node" in said:
+            said = said.replace("its node", f"its node ({ip.group(1)})", 1)
+        return _line(said)
+    return _line(text)
+
+
+def _line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= WHY_CHARS else text[:WHY_CHARS - 1] + "…"
 
 
 @dataclass
@@ -176,9 +230,9 @@ class RayRuntime:
         try:
             info = ray.get(actor.ready)
         except RayActorError as e:
-            return self._lost(name, f"worker died while starting: {e}", e.actor_init_failed)
+            return self._lost(name, why_dead(e), e.actor_init_failed)
         except RayError as e:
-            return self._lost(name, f"worker failed while starting: {e}", True)
+            return self._lost(name, why_dead(e), True)
         actor.ready = None
         return [WorkerUp(name, info["device"], info["node"], info.get("versions", {}))]
 
@@ -188,15 +242,16 @@ class RayRuntime:
             ref = next(stream.gen)
         except StopIteration:
             if stream.reported < stream.trials:  # the stream ended early: the worker is gone
-                return self._lost(name, "worker ended its batch early")
+                return self._lost(name, f"its stream of batch {stream.batch} ended after "
+                                        f"{stream.reported} of its {stream.trials} trials")
             self._actors[name].streams.remove(stream)
             return [BatchDone(name, stream.batch)]
         try:
             messages = ray.get(ref)
         except RayActorError as e:
-            return self._lost(name, f"worker died: {e}", e.actor_init_failed)
+            return self._lost(name, why_dead(e), e.actor_init_failed)
         except RayError as e:  # an exception escaped the worker's loop: treat as a death
-            return self._lost(name, f"worker failed: {e}")
+            return self._lost(name, why_dead(e))
         return [e for message in messages for e in self._events(name, stream, message)]
 
     def _events(self, name: str, stream: _Stream, message: Any) -> list[Event]:
@@ -205,6 +260,8 @@ class RayRuntime:
         if isinstance(message, TrialStarted):
             return [TrialBegan(name, stream.batch, message.index, message.ordinal,
                                message.ahead)]
+        if isinstance(message, Note):
+            return [WorkerNote(name, message.text)]
         assert isinstance(message, Finished), message
         stream.reported += len(message.records)
         return [TrialsDone(name, stream.batch, message.records, message.lines)]

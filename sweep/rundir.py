@@ -67,6 +67,11 @@ class RunDir:
         return self.path / "attempts.jsonl"
 
     @property
+    def ray_log(self) -> Path:
+        """Ray's own reports to the driver (its paragraph on each dead worker)."""
+        return self.path / "ray.log"
+
+    @property
     def meta(self) -> Path:
         return self.path / META
 
@@ -249,8 +254,8 @@ class RunLog:
     def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],
                lines: list[bytes | None]) -> None:
         if attempts:
-            self.attempts.append(encode_attempt(a.index, a.attempt, a.event, self.fingerprint)
-                                 for a in attempts)
+            self.attempts.append(encode_attempt(a.index, a.attempt, a.event, self.fingerprint,
+                                                a.why) for a in attempts)
         if records:
             self.journal.append(line or encode(record, self.fingerprint)
                                 for record, line in zip(records, lines))

@@ -90,16 +90,27 @@ class BatchDone:
 
 
 @dataclass(frozen=True)
+class WorkerNote:
+    """Something the worker tells the user that is no trial's outcome (its compile pool
+    fell back to processes of their own, or is down, and why)."""
+
+    worker: str
+    text: str
+
+
+@dataclass(frozen=True)
 class WorkerLost:
     """The worker's process is gone (or its stream broke). Messages it sent just before
-    dying may never arrive, so what it was running is only a suspicion."""
+    dying may never arrive, so what it was running is only a suspicion. why: one line of
+    the sweep's own (what the worker raised, how its process ended), never a runtime's
+    multi-line report."""
 
     worker: str
     why: str
     init_failed: bool = False  # its constructor raised: a start-up failure, not a trial's
 
 
-Event = WorkerUp | BatchBegan | TrialBegan | TrialsDone | BatchDone | WorkerLost
+Event = WorkerUp | BatchBegan | TrialBegan | TrialsDone | BatchDone | WorkerNote | WorkerLost
 
 
 class ClusterLost(Exception):

@@ -58,7 +58,7 @@ from sweep.search import Search, SearchPlan, batch_size, rungs, strategy
 from sweep.space import Space
 from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend, load_spec
 from sweep.stop import StopController
-from sweep.tally import Tally
+from sweep.tally import LEADERS, Tally
 from sweep.warm_start import warm_start
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
@@ -292,6 +292,7 @@ class Session:
                     return stop.exit_code
                 finally:
                     stop.install()  # Ray may have replaced our handlers
+                cluster.divert_ray_reports(run.ray_log)
                 self.timeline["ray_ready"] = time.time()
                 if loading is not None:
                     loaded = loading.result()
@@ -572,7 +573,7 @@ class Session:
                         promoted = self._halve(run, driver, progress) \
                             if spec.search.strategy == "halving" else None
                         finalists, baseline, unsettled = self._retime_finalists(
-                            driver, tally, progress, should_stop, promoted)
+                            driver, tally, progress, should_stop, backend, promoted)
                         self.timeline["finalists_done"] = time.time()
                     elif ending == "complete":  # stopped just as the last trial ended
                         unsettled = any(len(tally.leaders(spec.run.finalists, d)) >= 2
@@ -733,7 +734,7 @@ class Session:
         return out
 
     def _retime_finalists(self, driver: Driver, tally: Tally, progress: ProgressReporter,
-                          should_stop: Callable[[], bool],
+                          should_stop: Callable[[], bool], backend: str,
                           promoted: dict[str, list[Best]] | None = None
                           ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], bool]:
         """One pass picks winners by noise as much as by speed: re-time the fastest few
@@ -741,14 +742,18 @@ class Session:
         on a device of that type. Updates tally's bests. Returns the finalists, the torch
         baseline's timing on each device type where measured, and whether a stop cut the
         re-timing short. promoted: each device type's finalists, where halving's rungs
-        chose them."""
+        chose them. On the interpreter, configs that differ only in launch options are one
+        program: each is re-timed once, as its fastest one-pass config."""
         cut = False
+        noise = _interpreted_options(self.spec, backend)
         finalists: list[dict[str, Any]] = []
         baseline: dict[str, dict[str, Any]] = {}
         winners: dict[str, Best] = {}
         for device in tally.devices:
             leaders = promoted[device] if promoted and device in promoted else \
-                tally.leaders(self.spec.run.finalists, device)
+                tally.leaders(LEADERS if noise else self.spec.run.finalists, device)
+            if noise:
+                leaders = _distinct_programs(leaders, noise)[:self.spec.run.finalists]
             if len(leaders) < 2:
                 continue
             on = f" on {device}" if len(tally.devices) > 1 else ""
@@ -890,6 +895,19 @@ def _interpreted_options(spec: Spec, backend: str) -> list[str]:
     if backend != "interpret":
         return []
     return [k for k in LAUNCH_OPTIONS if len(spec.space.get(k, ())) > 1]
+
+
+def _distinct_programs(leaders: list[Best], options: list[str]) -> list[Best]:
+    """The first of the leaders for each config that differs in more than these options."""
+    seen: set[str] = set()
+    kept = []
+    for best in leaders:
+        key = json.dumps({k: v for k, v in best.config.items() if k not in options},
+                         sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            kept.append(best)
+    return kept
 
 
 def _note_interpreted_options(spec: Spec, backend: str, err: Console) -> None:

@@ -55,6 +55,9 @@ class Dies:
     lose_start: bool = False  # its start is never announced (order mode)
 
 
+KILLED = "its process (pid 4242) died: killed by SIGKILL"  # a scripted death's why
+
+
 @dataclass(frozen=True)
 class Hangs:
     pass
@@ -151,7 +154,7 @@ class FakeRuntime:
                     if script.lose_records else set()
                 self._events = [e for e in self._events if id(e[2]) not in lost]
                 heapq.heapify(self._events)
-                self._at(t + script.seconds, WorkerLost(worker, "worker died: killed"))
+                self._at(t + script.seconds, WorkerLost(worker, KILLED))
                 w.doomed = True
                 return
             t += script.seconds

@@ -197,6 +197,27 @@ def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(ray_loc
     assert entry.config["num_warps"] == 2
 
 
+def test_the_interpreter_re_times_only_finalists_that_are_different_programs(ray_local,
+                                                                              tmp_path, capsys):
+    # Launch options change nothing there: BLOCK_N 32 with 1 or 2 stages is one program.
+    # Re-timing all four finalists took longer than the sweep itself.
+    spec = write_spec(tmp_path / "spec.yaml", **{
+        **yaml.safe_load(softmax_spec(tmp_path / "base.yaml").read_text()),
+        "space": {"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1], "num_warps": [2],
+                  "num_stages": [1, 2]},
+        "run": {"backend": "interpret", "finalists": 5, "finalist_rounds": 1}})
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    finalists = json.loads((tmp_path / "a" / "best.json").read_text())["finalists"]
+    assert sorted(f["config"]["BLOCK_N"] for f in finalists) == [32, 64]
+    assert "re-timing the 2 fastest configs side by side" in capsys.readouterr().err
+    one = write_spec(tmp_path / "one.yaml", **{
+        **yaml.safe_load(spec.read_text()), "space": {
+            "BLOCK_N": [64], "ROWS_PER_PROGRAM": [1], "num_warps": [1, 2, 4]}})
+    assert sweep_cli("run", one, "--out", tmp_path / "b") == 0
+    assert json.loads((tmp_path / "b" / "best.json").read_text())["finalists"] == []
+    assert "re-timing" not in capsys.readouterr().err
+
+
 def test_tuned_config_finds_a_kernel_with_fixed_arguments_by_the_specs_values(
         ray_local, tmp_path, monkeypatch, capsys):
     # The user's module, in the directory the sweep runs from (where workers find it too).

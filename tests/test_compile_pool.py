@@ -5,6 +5,7 @@ a compile process that dies is replaced without losing the pool."""
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,69 @@ def test_hinted_configs_compile_on_idle_processes_and_count_when_submitted(gated
     assert result(gated_pool, 2).ok
     with pytest.raises(KeyError):
         result(gated_pool, 2)  # handed out once, not compiled again
+
+
+# --- kernels whose import leaves the fork server unfit to fork from ----------------------
+def tests_on_path(monkeypatch) -> None:
+    tests_dir = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def until_up(pool: CompilePool, seconds: float = 120) -> None:
+    """Until a process is up, or the pool is down (then notices say why)."""
+    deadline = time.monotonic() + seconds
+    while not pool.started() and pool._down is None:
+        assert time.monotonic() < deadline, "no compile process came up"
+        pool.wait(0.05)
+
+
+def test_a_kernel_asking_for_the_gpu_at_import_keeps_its_compile_processes_forked(
+        monkeypatch):
+    # torch.cuda.is_available() at import (Liger-Kernel) initialised CUDA in the fork
+    # server, and every fork died at start-up, until the pool raised in its worker.
+    tests_on_path(monkeypatch)
+    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL", PROBLEM, seed=0, limit=CompileLimit(60))
+    try:
+        pool.submit(0, CONFIG)
+        assert result(pool, 0).ok
+        assert all(p is not None and p.forked for p in pool._procs)
+        assert pool.notices() == []
+    finally:
+        pool.close()
+
+
+def test_forks_that_cannot_start_give_way_to_processes_of_their_own_and_say_why(monkeypatch):
+    tests_on_path(monkeypatch)
+    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_INIT", PROBLEM, seed=0,
+                       limit=CompileLimit(60))
+    try:
+        for key in range(3):
+            pool.submit(key, {**CONFIG, "BLOCK_N": 16 * (key + 1)})
+        assert all(result(pool, key).ok for key in range(3))
+        assert not any(p is not None and p.forked for p in pool._procs)
+        said = pool.notices()
+        assert len(said) == 1 and "Cannot re-initialize CUDA in forked subprocess" in said[0]
+        assert "each starts on its own" in said[0]
+        assert pool.notices() == []  # said once
+    finally:
+        pool.close()
+
+
+def test_processes_that_cannot_start_at_all_leave_the_pool_down_not_raising(monkeypatch):
+    tests_on_path(monkeypatch)
+    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_BROKEN", PROBLEM, seed=0,
+                       limit=CompileLimit(60))
+    try:
+        pool.submit(0, CONFIG)
+        until_up(pool)
+        assert not pool.started()
+        said = " ".join(pool.notices())
+        assert "cannot start (RuntimeError: No CUDA GPUs are available)" in said
+        assert "compiles each config itself" in said
+        assert pool.withdraw(0)  # the worker takes its config back and compiles it itself
+        pool.hint(1, CONFIG)
+        assert pool.take([0, 1]) is None
+    finally:
+        pool.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
-from fake_runtime import Dies, Fails, FakeRuntime, Hangs, Ok, Start
+from fake_runtime import KILLED, Dies, Fails, FakeRuntime, Hangs, Ok, Start
 
 from storage.records import TrialRecord
 from sweep.driver import Driver, DriverFailed, Limits, SpentAttempt
@@ -92,7 +92,8 @@ def test_a_trial_that_kills_its_worker_runs_alone_then_is_crashed():
     alone = [s for s in rt.submitted if 5 in s[2]]
     assert len(alone) == 2 and alone[1][2] == [5]
     assert rows[5].worker == alone[1][0]  # the worker it killed, not its replacement
-    assert log.attempts == [SpentAttempt(5, 1, "died"), SpentAttempt(5, 2, "died")]
+    assert log.attempts == [SpentAttempt(5, 1, "died", KILLED), SpentAttempt(5, 2, "died", KILLED)]
+    assert rows[5].error == f"its worker died: {KILLED}"
 
 
 def test_a_suspect_blamed_for_a_death_it_did_not_cause_is_cleared_by_running_alone():
@@ -123,8 +124,10 @@ def test_a_replacement_worker_killed_while_starting_blames_no_trial():
     assert driver.run() == "complete"
     rows = log.by_index()
     assert (rows[4].status, rows[4].attempt) == ("ok", 2)
-    assert log.attempts == [SpentAttempt(4, 1, "died")]
-    assert any("died while starting" in line for line in events.lines)
+    assert log.attempts == [SpentAttempt(4, 1, "died", KILLED)]
+    assert f"worker w1 died running trial 4 (attempt 1): {KILLED}" in events.lines
+    assert "worker w2 died while starting: killed while starting; starting another" in \
+        events.lines
 
 
 def test_a_hung_trial_is_recorded_timeout_and_its_worker_replaced():
@@ -170,7 +173,7 @@ def test_a_worker_that_cannot_be_placed_is_given_up_and_the_others_finish():
     driver, log, events = make(6, rt, limits=replace(LIMITS, start_timeout_s=15))
     assert driver.run() == "complete"
     assert {r.worker for r in log.records} == {"w1"} and len(log.records) == 6
-    assert any("did not start within 15 s" in line for line in events.lines)
+    assert any("did not start within run.start_timeout_s=15 s" in line for line in events.lines)
 
 
 def test_a_worker_silent_after_its_last_record_keeps_no_run_waiting():

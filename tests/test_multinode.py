@@ -194,13 +194,13 @@ def test_a_worker_node_killed_mid_sweep_its_trials_finish_on_the_other(clusters,
 
     # What the driver says of the dead workers: each was running a trial, which ran again
     # (a second attempt) on the surviving node.
-    died = [int(i) for i in re.findall(r"worker died running trial (\d+) \(attempt 1\)",
-                                       sweep.text("err"))]
+    died = [int(i) for i in re.findall(r"worker \w+ died running trial (\d+) \(attempt 1\): "
+                                       r"its (?:process|node)", sweep.text("err"))]
     assert died, f"the driver said nothing of w1's workers dying:\n{log}"
     by_index = {r["index"]: r for r in rows}
     for i in died:
         assert (by_index[i]["node"], by_index[i]["attempt"]) == ("mn-w2", 2), by_index[i]
-    first_death = next(t for t, _, line in sweep.lines if "worker died running" in line)
+    first_death = next(t for t, _, line in sweep.lines if " died running trial" in line)
     print(f"the driver reported the first dead worker {first_death - t_kill:.2f} s after "
           f"the kill; in-flight trials {died} ran again on mn-w2")
 

@@ -119,10 +119,12 @@ def test_a_full_disk_ends_the_run_with_one_line_and_resume_completes_once_space_
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_write(fd, data)
 
-    monkeypatch.setattr(journal_module.os, "write", write)
     capsys.readouterr()
-    assert sweep_cli("run", spec, "--out", out) == 1
-    monkeypatch.undo()
+    # Only the write is given back afterwards (monkeypatch.undo() would also give back the
+    # private best-config cache, and the resume would write to the user's own).
+    with monkeypatch.context() as full_disk:
+        full_disk.setattr(journal_module.os, "write", write)
+        assert sweep_cli("run", spec, "--out", out) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert_full_disk_line(err.strip().splitlines()[-1], out)

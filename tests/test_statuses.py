@@ -3,10 +3,11 @@ and errors while running; the simulate backend's dying and hanging workers for c
 and timeout."""
 
 import json
+import re
 from collections import Counter
 
 import pyarrow.parquet as pq
-from conftest import simulate_spec, sweep_cli, write_spec
+from conftest import simulate_spec, sweep_cli, sweep_proc, write_spec
 
 from actors.simulate import draws
 
@@ -97,3 +98,31 @@ def test_a_config_that_kills_the_launching_process_is_crashed_and_the_worker_goe
     assert "SIGSEGV" in rows[0]["error"]
     # One worker throughout: the launcher was replaced, not the worker and its queue.
     assert len({r["worker"] for r in rows}) == 1 and {r["attempt"] for r in rows} == {1}
+
+
+def test_each_dead_worker_is_one_line_of_the_sweeps_own_and_rays_reports_stay_off_the_terminal(
+        ray_address, tmp_path):
+    # Ray prints a raylet paragraph of about a thousand characters on stdout for each
+    # worker process that dies; the sweep says why in one line on stderr instead.
+    spec = simulate_spec(tmp_path / "crash.yaml", space={"A": list(range(20))},
+                         simulate={"seed": 3, "crash_rate": 0.15, "trial_ms": 20},
+                         run={"max_retries": 1, "finalists": 0})
+    out = tmp_path / "run"
+    done = sweep_proc("run", spec, "--out", out, "--address", ray_address)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("sweep sim: complete"), done.stdout
+    assert len(done.stdout.splitlines()) == 3, done.stdout  # the summary, nothing else
+    died = [line for line in done.stderr.splitlines() if " died running trial " in line]
+    assert died, done.stderr
+    assert all(re.fullmatch(r"worker w\d+ died running trial \d+ \(attempt \d(, alone)?\): "
+                            r"its process \(pid \d+\) ended without a word \(.*\)", line)
+               for line in died), died
+    assert "raylet" not in done.stdout + done.stderr
+    assert "Worker exit detail" in (out / "ray.log").read_text()  # kept, off the terminal
+    whys = [json.loads(line)["why"] for line in
+            (out / "attempts.jsonl").read_text().splitlines()]
+    assert len(whys) == len(died) and all(w.startswith("its process (pid ") for w in whys)
+    rows = pq.read_table(out / "trials.parquet").to_pylist()
+    crashed = [r["error"] for r in rows if r["status"] == "crashed"]
+    assert crashed and all(e.startswith("its worker died: its process (pid ") and
+                           len(e) < 200 for e in crashed), crashed

@@ -75,6 +75,9 @@ class ScriptedPool:
     def set_limit(self, limit: CompileLimit) -> None:
         pass
 
+    def notices(self) -> list[str]:
+        return []
+
     def close(self) -> None:
         pass
 
@@ -266,3 +269,47 @@ def test_records_finished_together_travel_as_one_message_and_pickle_as_values():
     back = pickle.loads(pickle.dumps(messages[1]))
     assert back == messages[1]  # every field, through the values-only form
     assert back.records[1].to_json() == messages[1].records[1].to_json()
+
+
+def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(monkeypatch):
+    # The real pool on a kernel whose import leaves forks unable to use the device (as
+    # Liger-Kernel's does with CUDA): its forks die at start-up. That once raised out of
+    # the pool and failed every batch the worker held, so the driver replaced a healthy
+    # worker every few seconds; now the pool starts processes of their own and says so.
+    from pathlib import Path
+
+    from actors.compile_pool import CompilePool
+
+    tests_dir = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_INIT",
+                       {"M": 64, "N": 64, "K": 64, "dtype": "float16"}, seed=0,
+                       limit=CompileLimit(60))
+
+    class FirstTrialOutlastsPoolStart(RecordingBackend):
+        """Trials as long as a heavy config's: the first ends once the pool's processes
+        have come up (or the pool is down), as a kernel's first trial outlasts the
+        server's imports on a GPU."""
+
+        def run_trial(self, config, seed, compiled=None):
+            deadline = time.monotonic() + 120
+            while not pool.started() and getattr(pool, "_down", None) is None:
+                assert time.monotonic() < deadline, "the pool never settled"
+                pool.wait(0.05)
+            return super().run_trial(config, seed, compiled)
+
+    backend = FirstTrialOutlastsPoolStart()
+    monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
+    monkeypatch.setattr(worker, "make_backend", lambda settings, kind="": backend)
+    w = TrialWorker(SETTINGS, "w1")
+    try:
+        configs = [(i, {**CONFIG, "BLOCK_N": 16 * (i + 1), "i": i}, 1) for i in range(4)]
+        messages = list(one_by_one(w.run(Batch(0, configs))))
+    finally:
+        pool.close()
+    records = [m for m in messages if isinstance(m, TrialRecord)]
+    assert sorted(r.index for r in records) == [0, 1, 2, 3]
+    notes = [m.text for m in messages if isinstance(m, worker.Note)]
+    assert len(notes) == 1 and "Cannot re-initialize CUDA in forked subprocess" in notes[0]
