@@ -17,6 +17,11 @@ from actors.timing import Retimed, Timing, summarise, time_cuda, time_wall
 from storage.records import Status, TrialOutcome, Validation, clip_error
 from sweep_kernels import Kernel
 
+# Where a kernel fails while running under the interpreter, the interpreter is the likely
+# cause: it cannot run every kernel (a Python float has no `.to`, libdevice returns None).
+UNDER_INTERPRETER = ("under Triton's CPU interpreter (which cannot run every kernel; it may "
+                     "run on a GPU): ")
+
 
 class ProcessPoisoned(Exception):
     """A sticky CUDA error: this process can launch nothing more and must be replaced."""
@@ -26,12 +31,28 @@ class ProcessPoisoned(Exception):
         self.outcome = outcome
 
 
-def _error_text(e: BaseException) -> str:
+def _error_text(e: BaseException, prefix: str = "") -> str:
     cause = e.__cause__ or e.__context__
-    text = f"{type(e).__name__}: {e}"
+    text = f"{prefix}{type(e).__name__}: {e}"
     if cause is not None and str(cause) not in text:
         text += f" (caused by {type(cause).__name__}: {cause})"
     return clip_error(text) or ""
+
+
+def _mismatch(which: str, got: Any, expected: Any, rtol: float, atol: float) -> str:
+    """Why an output failed validation. Outputs are filled with NaN before the launch, so
+    NaN where the reference has a number is most likely a value the kernel never wrote."""
+    import torch
+
+    unwritten = torch.isnan(got) & ~torch.isnan(expected)
+    left = int(unwritten.sum().item())
+    if left:
+        whole = "was not written" if left == got.numel() else "was not fully written"
+        return (f"{which} {whole} by the kernel ({left:,} of {got.numel():,} values still "
+                "NaN)")
+    diff = (got - expected).abs().nan_to_num(float("inf")).max().item()
+    return f"{which} differs from the reference: max abs error {diff:.4g} " \
+           f"(rtol={rtol}, atol={atol})"
 
 
 def _raised_by_triton_language(e: BaseException) -> bool:
@@ -154,11 +175,9 @@ class TritonBackend:
             for i, (tensor, reference) in enumerate(zip(got, expected)):
                 a, b = tensor.float(), reference.float()
                 if not torch.allclose(a, b, rtol=rtol, atol=atol):
-                    diff = (a - b).abs().nan_to_num(float("inf")).max().item()
                     which = "output" if len(got) == 1 else f"output {i + 1} of {len(got)}"
                     return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
-                                        error=f"{which} differs from the reference: max abs "
-                                              f"error {diff:.4g} (rtol={rtol}, atol={atol})")
+                                        error=_mismatch(which, a, b, rtol, atol))
                 del a, b
             validation = "passed"
             del got, expected
@@ -230,5 +249,7 @@ class TritonBackend:
         if not self.interpret and _is_sticky_cuda_error(e):
             raise ProcessPoisoned(TrialOutcome("crashed", "skipped", error=text,
                                                compile_ms=compile_ms))
+        if self.interpret:
+            text = _error_text(e, UNDER_INTERPRETER)
         return TrialOutcome("runtime_error", validation, error=text,  # type: ignore[arg-type]
                             compile_ms=compile_ms)

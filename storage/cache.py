@@ -106,8 +106,9 @@ def read(path: Path) -> CacheEntry | None:
 
 
 def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path]:
-    """Keep the better of entry and the one its key holds, with the complete sweeps of both
-    (a partial entry's are not counted). Returns the entry the cache keeps and its file.
+    """Keep the better of entry and the one its key holds (a complete entry replaces one
+    whose run directory is gone), with the complete sweeps of both (a partial entry's are
+    not counted). Returns the entry the cache keeps and its file.
     Runs that finish together are serialised by a lock."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -118,7 +119,10 @@ def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path
             ours = () if entry.partial else getattr(entry, name)
             return tuple(dict.fromkeys([*(getattr(held, name) if held else ()), *ours]))
 
-        kept = entry if held is None or entry.better_than(held) else held
+        # A complete run's best replaces one whose run directory is gone whatever the
+        # latency: an answer must name a run the user can still inspect.
+        kept = entry if held is None or entry.better_than(held) or \
+            (not entry.partial and not Path(held.run_dir).is_dir()) else held
         kept = replace(kept, runs=merged("runs"), declared=merged("declared"))
         if kept != held:
             write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())

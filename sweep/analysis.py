@@ -143,6 +143,21 @@ class Analysis:
         return self.ranked[:k]
 
     @property
+    def interpreted(self) -> bool:
+        """The trials ran under Triton's CPU interpreter, which ignores launch options."""
+        return self.backend == "interpret" or "cpu-interpreter" in self.devices
+
+    def default_heatmap(self) -> Heatmap | None:
+        """The heatmap a reader sees first (the HTML page's default pick, the PNG): the
+        first pair of parameters; under the interpreter, the first of those with the
+        fewest launch options (num_warps and the like change nothing there)."""
+        if not self.heatmaps or not self.interpreted:
+            return self.heatmaps[0] if self.heatmaps else None
+        from sweep.spec import LAUNCH_OPTIONS
+
+        return min(self.heatmaps, key=lambda m: (m.x in LAUNCH_OPTIONS) + (m.y in LAUNCH_OPTIONS))
+
+    @property
     def chosen(self) -> Ranked | None:
         """The winner's row (ranked first, where a winner is recorded)."""
         return next((r for r in self.ranked if r.winner), None)

@@ -147,9 +147,11 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, o
            label: str = "") -> tuple[int, Session]:
     """`sweep run` (target: the spec) or `sweep resume` (target: the run directory), as
     the CLI and the API both do it. Returns the exit code and the session."""
+    from sweep.report import say
     from sweep.session import Session
 
-    session = (Session.start(target, out_dir, backend, label or command)
+    session = (Session.start(target, out_dir, backend, label or command,
+                             replace_run=request.force, say_line=lambda line: say(err, line))
                if command == "run" else Session.reopen(target, err, label or command))
     session.retry = retry
     return session.execute(request, stop, out, err, started=started), session
@@ -246,17 +248,39 @@ def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
     if ending is not None and ending.state == "cached":
         hits = ending.cached
         best = min(hits, key=lambda e: e.latency_ms)
+        finalists: list[dict[str, Any]] = []
+        by_device = {}
+        for e in hits:
+            index, chose = _in_its_run(e)
+            by_device[e.device] = BestConfig(dict(e.config), e.latency_ms, e.device, index)
+            finalists += chose
         return SweepResult(
             state="cached", run_dir=Path(best.run_dir), exit_code=code,
-            best=BestConfig(dict(best.config), best.latency_ms, best.device),
-            by_device={e.device: BestConfig(dict(e.config), e.latency_ms, e.device)
-                       for e in hits}, elapsed_s=elapsed_s)
+            best=by_device[best.device], by_device=by_device, finalists=finalists,
+            elapsed_s=elapsed_s)
     from sweep.rundir import RunDir
 
     if not RunDir(session.path).meta.exists():  # stopped before the run began
         return SweepResult(state="interrupted", run_dir=None, best=None, exit_code=code,
                            elapsed_s=elapsed_s)
     return _from_run_dir(session.path, ending.state if ending else None, code, elapsed_s)
+
+
+def _in_its_run(entry: Any) -> tuple[int | None, list[dict[str, Any]]]:
+    """A cache entry's index in the table of the run it came from, and the finalists that
+    chose it there, from that run's best.json (None and [] where it says otherwise)."""
+    from storage.snapshot import read_best
+
+    doc = read_best(Path(entry.run_dir) / "best.json", entry.fingerprint)
+    if doc is None:
+        return None, []
+    mine = (doc.get("by_device") or {}).get(entry.device) or doc
+    config = mine.get("config") or {}
+    if mine.get("device") not in (None, entry.device) or \
+            any(config.get(k) != v for k, v in entry.config.items()):
+        return None, []
+    return mine.get("index"), [f for f in doc.get("finalists") or []
+                               if f.get("device", entry.device) == entry.device]
 
 
 def _from_run_dir(path: Path, state: str | None, code: int | None,

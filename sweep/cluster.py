@@ -67,14 +67,18 @@ def connect(address: str | None, stop_requested: Callable[[], bool],
         if (address or os.environ.get("RAY_ADDRESS") or "auto") == "auto":
             say(f"joining the Ray cluster started on this machine at {joining} "
                 "(--address local starts a private one instead)")
+        named = _named_by(address)
 
         def join() -> None:
-            _probe(joining)  # its name lookup, too, may take long
+            _probe(joining, named)  # its name lookup, too, may take long
             ray.init(address=joining, **common)
 
         with _neutral_cwd():
-            _join_responsively(join, joining, stop_requested)
+            _join_responsively(join, joining, stop_requested, named)
         return True
+    why = not_joined(address)
+    if why:
+        say(why)
     # Ray's processes die with the thread that starts them (PR_SET_PDEATHSIG), so a local
     # instance starts on this, the main thread; a signal meanwhile only sets the stop flag.
     # "local": Ray would otherwise look for a cluster of its own accord (and refuse
@@ -119,14 +123,16 @@ def starts_local(address: str | None) -> bool:
 
 
 def _started_here() -> str | None:
-    """The address `ray start --head` recorded on this machine, if something listens
-    there: a cluster that was killed leaves its record behind."""
-    utils = getattr(getattr(ray, "_private", None), "utils", None)
-    locate = getattr(utils, "get_ray_address_file", None)  # a private helper of Ray's
-    path = Path(locate(None)) if locate else Path("/tmp/ray/ray_current_cluster")
+    """The address `ray start --head` recorded on this machine, if this user started it
+    and something listens there: a cluster that was killed leaves its record behind, and
+    one another user started on a shared host is theirs (see not_joined)."""
+    path = _address_file()
     try:
         found = path.read_text().strip()
+        owner = path.stat().st_uid
     except OSError:
+        return None
+    if owner != os.getuid():
         return None
     host, _, port = found.rpartition(":")
     try:
@@ -136,7 +142,44 @@ def _started_here() -> str | None:
         return None
 
 
-def _probe(address: str) -> None:
+def _address_file() -> Path:
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    locate = getattr(utils, "get_ray_address_file", None)  # a private helper of Ray's
+    return Path(locate(None)) if locate else Path("/tmp/ray/ray_current_cluster")
+
+
+def not_joined(address: str | None) -> str | None:
+    """Why a run without an address starts a private Ray although `ray start` left a
+    cluster's record on this machine: another user started it. None otherwise."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return None
+    path = _address_file()
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return None
+    if owner == os.getuid():
+        return None
+    try:
+        import pwd
+
+        who = pwd.getpwuid(owner).pw_name
+    except (ImportError, KeyError):
+        who = f"uid {owner}"
+    return (f"a Ray cluster on this machine was started by another user ({who}, "
+            f"{path}): not joining it; starting a private one (--address joins one "
+            "explicitly)")
+
+
+def _named_by(address: str | None) -> str:
+    """What named the cluster being joined, for the first words of a refusal."""
+    given = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if given == "auto":
+        return "the Ray cluster found on this machine (`ray start`)"
+    return "--address" if address else "RAY_ADDRESS"
+
+
+def _probe(address: str, named: str = "--address") -> None:
     """Ray keeps retrying an address where nothing listens for many minutes, deaf to
     signals meanwhile: try a plain TCP connection first."""
     host, sep, port = address.rpartition(":")
@@ -147,13 +190,13 @@ def _probe(address: str) -> None:
             pass
     except OSError as e:
         why = e.strerror or type(e).__name__
-        raise SpecError(f"--address: cannot reach a Ray cluster at {address} ({why}); "
+        raise SpecError(f"{named}: cannot reach a Ray cluster at {address} ({why}); "
                         "is the head node up, and is that its GCS port (6379 by default)?"
                         ) from None
 
 
 def _join_responsively(init: Callable[[], object], address: str,
-                       stop_requested: Callable[[], bool]) -> None:
+                       stop_requested: Callable[[], bool], named: str = "--address") -> None:
     """ray.init in a thread, so that this one stays free to see a Ctrl+C or SIGTERM, and
     to give up on a cluster that does not answer."""
     failure: list[BaseException] = []
@@ -174,23 +217,23 @@ def _join_responsively(init: Callable[[], object], address: str,
                 raise ConnectAbandoned("stopped while joining the Ray cluster")
             if stderr.refused.is_set():
                 _abandoned.set()
-                raise SpecError(_refused_token(address))
+                raise SpecError(_refused_token(address, named))
             if time.monotonic() >= deadline:
                 _abandoned.set()
-                raise SpecError(f"--address: no Ray cluster answered at {address} within "
+                raise SpecError(f"{named}: no Ray cluster answered at {address} within "
                                 f"{CONNECT_TIMEOUT_S:g} s; is that the head's GCS port "
                                 "(6379 by default)?")
             thread.join(0.1)
     if failure:
         e = failure[0]
         if type(e).__name__ == "AuthenticationError":  # ray.exceptions', before any call
-            raise SpecError(_no_token_here()) from None
+            raise SpecError(_no_token_here(named)) from None
         if isinstance(e, ConnectionError):
-            raise SpecError(f"--address: cannot join the Ray cluster at {address} "
+            raise SpecError(f"{named}: cannot join the Ray cluster at {address} "
                             f"({str(e).splitlines()[0][:300]})") from None
         if isinstance(e, RuntimeError) and str(e).startswith("Version mismatch"):
             versions = " ".join(str(e).split())
-            raise SpecError(f"--address: the Ray cluster at {address} runs other versions "
+            raise SpecError(f"{named}: the Ray cluster at {address} runs other versions "
                             f"than this process ({versions[:400]}); install the cluster's "
                             "Ray and Python here, or run sweep on the head node") from None
         raise e
@@ -248,22 +291,22 @@ class _RaysStderr:
         self._reader.join(1.0)  # what is still in the pipe goes out before we go on
 
 
-def _no_token_here() -> str:
+def _no_token_here(named: str = "--address") -> str:
     """Ray in token mode (RAY_AUTH_MODE=token) found no token to send."""
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
     looked = f"{path} (RAY_AUTH_TOKEN_PATH) does not hold one" if path else \
         "neither RAY_AUTH_TOKEN nor ~/.ray/auth_token holds one"
-    return (f"--address: RAY_AUTH_MODE=token, but this machine has no token ({looked}); "
+    return (f"{named}: RAY_AUTH_MODE=token, but this machine has no token ({looked}); "
             "set RAY_AUTH_TOKEN to the cluster's token or put it in ~/.ray/auth_token "
             "(`ray get-auth-token` on the head prints it)")
 
 
-def _refused_token(address: str) -> str:
+def _refused_token(address: str, named: str = "--address") -> str:
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
     default = Path.home() / ".ray" / "auth_token"
     where = "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else \
         f"{path} (RAY_AUTH_TOKEN_PATH)" if path else str(default) if default.exists() else None
-    head = f"--address: the Ray cluster at {address} uses token authentication"
+    head = f"{named}: the Ray cluster at {address} uses token authentication"
     if where is None:
         return (f"{head} and this machine has no token; set RAY_AUTH_MODE=token and "
                 "RAY_AUTH_TOKEN to the cluster's token (`ray get-auth-token` on the head "

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from storage.records import PRUNED
 from sweep import EXIT_OK
+from sweep.numbers import amount, ratio, scale, significant
 from sweep.tally import Tally
 
 if TYPE_CHECKING:
@@ -80,22 +81,24 @@ def text_report(a: Analysis, top: int) -> list[str]:
     else:
         lines.append("winner: none (no trial succeeded)")
     for b in a.baseline:
-        lines.append(f"{baseline_name(b)} on {b.device}: {b.latency_ms:.4g} ms "
-                     f"[{b.latency_p20_ms:.4g}–{b.latency_p80_ms:.4g}]; the best config "
+        lines.append(f"{baseline_name(b)} on {b.device}: {significant(b.latency_ms)} ms "
+                     f"[{significant(b.latency_p20_ms)}–{significant(b.latency_p80_ms)}]; "
+                     f"the best config "
                      f"{speedup_text(b.speedup)}{baseline_note(b)}")
     if a.ranked and top > 0:
+        unit, rates = rate_column(a, a.top(top))
         lines.append(f"top {min(top, len(a.ranked))} of {len(a.ranked)} that worked "
                      "(★ the winner; finalists by their side-by-side re-timing, then the "
                      "rest by the sweep's one pass):")
         lines.append(f"  {'rank':>6} {'index':>6}  {'re-timed ms [p20–p80]':<26} "
-                     f"{'one pass ms [p20–p80]':<26} {rate_unit(a):<8} config")
-        for r in a.top(top):
+                     f"{'one pass ms [p20–p80]':<26} {unit:<8} config")
+        for r, rate in zip(a.top(top), rates):
             retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
                 if r.retimed_ms is not None else "—"
             rank = f"{'★ ' if r.winner else ''}{r.rank}"
             lines.append(f"  {rank:>6} {'#' + str(r.index):>6}  {retimed:<26} "
                          f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms):<26} "
-                         f"{_rate_value(r):<8} {json.dumps(r.config, sort_keys=True)}")
+                         f"{rate:<8} {json.dumps(r.config, sort_keys=True)}")
     failed = sum(g.count for g in a.errors)
     if a.errors:
         lines.append(f"failures ({failed}, grouped by cause, one example each):")
@@ -107,7 +110,7 @@ def text_report(a: Analysis, top: int) -> list[str]:
         width = max(len(e.parameter) for e in varied)
         for e in varied:
             cells = [f"{json.dumps(v.value)}: {v.ok}/{v.trials}"
-                     + (f" · {v.median_ms:.4g} / {v.best_ms:.4g}"
+                     + (f" · {significant(v.median_ms)} / {significant(v.best_ms)}"
                         if v.median_ms is not None and v.best_ms is not None else "")
                      for v in e.values]
             lines.append(f"  {e.parameter:<{width}}  " + "   ".join(cells))
@@ -128,29 +131,51 @@ def worker_use(w: WorkerUse) -> str:
 def _spread(median: float | None, p20: float | None, p80: float | None) -> str:
     if median is None:
         return "—"
-    return f"{median:.4g} [{p20:.4g}–{p80:.4g}]"
+    return f"{significant(median)} [{_ms(p20)}–{_ms(p80)}]"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else significant(value)
 
 
 def _latency(r: Ranked) -> str:
     if r.retimed_ms is not None:
         return (f"{_spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms)} ms re-timed "
-                f"side by side (one pass: {r.latency_ms:.4g} ms) on {r.device}")
+                f"side by side (one pass: {significant(r.latency_ms)} ms) on {r.device}")
     return f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms)} ms on {r.device}"
 
 
 def _throughput(r: Ranked) -> str:
-    parts = ([f"{r.tflops:.4g} TFLOP/s"] if r.tflops is not None else []) + \
-        ([f"{r.gbps:.4g} GB/s"] if r.gbps is not None else [])
+    parts = rates(r)
     return " · " + " · ".join(parts) if parts else ""
 
 
-def rate_unit(a: Analysis) -> str:
-    return "TFLOP/s" if "flops" in a.work else "GB/s" if "bytes_moved" in a.work else ""
+def rates(r: Ranked) -> list[str]:
+    """A trial's throughput, each in the unit that reads best: 16.2 MFLOP/s, 378 kB/s."""
+    return ([amount(r.tflops * 1e12, "FLOP/s")] if r.tflops is not None else []) + \
+        ([amount(r.gbps * 1e9, "B/s")] if r.gbps is not None else [])
 
 
-def _rate_value(r: Ranked) -> str:
-    value = r.tflops if r.tflops is not None else r.gbps
-    return f"{value:.4g}" if value is not None else ""
+# The rate a table's column shows: (the trial's field, its unit, the unit's size in the
+# field's unit), FLOP/s where the kernel gives its flops, else B/s.
+RATE_FIELDS = {"flops": ("tflops", "FLOP/s", 1e12), "bytes_moved": ("gbps", "B/s", 1e9)}
+
+
+def rate_field(a: Analysis) -> tuple[str, str, float] | None:
+    return next((RATE_FIELDS[k] for k in RATE_FIELDS if k in a.work), None)
+
+
+def rate_column(a: Analysis, rows: Iterable[Ranked]) -> tuple[str, list[str]]:
+    """A table's rate column: its heading, the one unit that puts the column's largest
+    value between 1 and 1000 (so values compare), and each row's cell in it."""
+    rows = list(rows)
+    field = rate_field(a)
+    if field is None:
+        return "", ["" for _ in rows]
+    name, unit, size = field
+    values = [getattr(r, name) for r in rows]
+    heading, factor = scale([v * size for v in values if v is not None], unit)
+    return heading, ["" if v is None else significant(v * size * factor, 3) for v in values]
 
 
 def speedup_text(speedup: float) -> str:
@@ -158,8 +183,8 @@ def speedup_text(speedup: float) -> str:
     if abs(speedup - 1) < 0.005:
         return "matches it (within 0.5%)"
     if speedup > 1:
-        return f"is {speedup:.3g}× faster"
-    return f"is {1 / speedup:.3g}× slower"
+        return f"is {ratio(speedup)}× faster"
+    return f"is {ratio(1 / speedup)}× slower"
 
 
 def baseline_name(b: Baseline) -> str:
@@ -235,7 +260,7 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
             if len(tally.by_device) > 1 else [tally.best]
         for b in bests:
             say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
-                     f"{b.latency_ms:.4g} ms on {b.device}{partial}")
+                     f"{significant(b.latency_ms)} ms on {b.device}{partial}")
     else:
         say(out, "  best: none (no trial succeeded)")
     say(out, f"  results: {path}/trials.parquet")

@@ -21,11 +21,14 @@ from typing import Any
 from storage.atomic import write_bytes_atomically
 from storage.records import PRUNED
 from sweep.analysis import Analysis, Ranked
+from sweep.numbers import amount, scale, significant
 from sweep.report import (
     baseline_name,
     baseline_note,
     how_many,
-    rate_unit,
+    rate_column,
+    rate_field,
+    rates,
     speedup_text,
     worker_use,
 )
@@ -48,11 +51,14 @@ def write_html(analysis: Analysis, path: Path) -> None:
 
 def render(a: Analysis, plotly_js: str) -> str:
     summary = a.summary(0)
+    heatmap = a.default_heatmap()
     data = {
         "parameters": a.parameters, "trials": a.trials,
         "spans": [asdict(span) for span in a.spans],
         "effects": summary["effects"], "heatmaps": summary["heatmaps"],
-        "rate": "tflops" if "flops" in a.work else "gbps" if "bytes_moved" in a.work else None,
+        "rate": _rate_column(a),
+        # The heatmap's axes until the reader picks others (see Analysis.default_heatmap).
+        "heatmap": [heatmap.x, heatmap.y] if heatmap is not None else None,
     }
     parts = {"TITLE": html.escape(f"sweep report: {a.name}"), "SUMMARY": _summary(a),
              "TOP": _top(a), "FAILURES": _failures(a), "META": _metadata(a),
@@ -82,12 +88,24 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _rate_column(a: Analysis) -> dict[str, Any] | None:
+    """The trial table's rate column: the trials' field, and the one unit that puts the
+    column's largest value between 1 and 1000 (its heading), with the factor from the
+    field's unit to it. The page formats each cell as report.rate_column does."""
+    field = rate_field(a)
+    if field is None:
+        return None
+    key, unit, size = field
+    name, factor = scale([t[key] * size for t in a.trials if t[key] is not None], unit)
+    return {"key": key, "name": name, "factor": size * factor}
+
+
 def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
 def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4g}"
+    return "—" if value is None else significant(value)
 
 
 def _summary(a: Analysis) -> str:
@@ -104,8 +122,7 @@ def _summary(a: Analysis) -> str:
                f"{_ms(winner.latency_ms)} ms") if winner.retimed_ms is not None \
             else f"{_ms(winner.latency_ms)} ms [{_ms(winner.latency_p20_ms)}–" \
                  f"{_ms(winner.latency_p80_ms)}]"
-        rate = "".join(f" · {v:.4g} {unit}" for v, unit in
-                       ((winner.tflops, "TFLOP/s"), (winner.gbps, "GB/s")) if v is not None)
+        rate = "".join(f" · {r}" for r in rates(winner))
         partial = " <b>(partial: not a complete run's settled pick)</b>" if a.partial else ""
         rows.append(("winner", f"#{winner.index} <code>{_e(_config(winner))}</code> "
                                f"{how} on {_e(winner.device)}{_e(rate)}{partial}"))
@@ -128,18 +145,17 @@ def _config(r: Ranked) -> str:
 def _top(a: Analysis, k: int = 10) -> str:
     if not a.ranked:
         return "<p>No trial succeeded.</p>"
-    rate = rate_unit(a) or None
+    rate, values = rate_column(a, a.top(k))
     head = "".join(f"<th>{h}</th>" for h in (
         "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
         *([rate] if rate else []), "device", "config"))
     body = []
-    for r in a.top(k):
-        value = r.tflops if rate == "TFLOP/s" else r.gbps
+    for r, value in zip(a.top(k), values):
         cells = [("★ " if r.winner else "") + str(r.rank), f"#{r.index}", _ms(r.retimed_ms),
                  f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
                  if r.retimed_ms is not None else "", _ms(r.latency_ms),
                  f"{_ms(r.latency_p20_ms)}–{_ms(r.latency_p80_ms)}",
-                 *([_ms(value)] if rate else []), r.device, _config(r)]
+                 *([value] if rate else []), r.device, _config(r)]
         body.append(f'<tr class="{"winner" if r.winner else ""}">'
                     + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return (f"<p>The {len(body)} fastest of {len(a.ranked)} that worked: finalists by their "
@@ -163,11 +179,16 @@ def _metadata(a: Analysis) -> str:
     rows = [("fingerprint", _e(a.fingerprint)),
             ("versions", _e(" · ".join(f"{k} {v}" for k, v in a.versions.items()))),
             ("devices", _e(", ".join(a.devices))),
-            ("work per launch", _e(" · ".join(f"{k} {v:.4g}" for k, v in a.work.items())
+            ("work per launch", _e(" · ".join(f"{k} {_work(k, v)}" for k, v in a.work.items())
                                    or "not given by the kernel"))]
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return (f"<table class='kv'>{table}</table><h3>Spec as run</h3>"
             f"<pre>{_e(json.dumps(a.spec, indent=2, sort_keys=True))}</pre>")
+
+
+def _work(key: str, value: float) -> str:
+    unit = {"flops": "FLOP", "bytes_moved": "B"}.get(key)
+    return amount(value, unit) if unit else significant(value)
 
 
 _PAGE = """<!DOCTYPE html>
@@ -200,6 +221,9 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
 .plot.wide { grid-column: 1 / -1; }
 .controls { margin: 4px 0 8px; } .controls label { margin-right: 14px; }
 #trials-wrap { max-height: 640px; overflow: auto; border: 1px solid #e3e5ea; }
+/* The trial table and its controls take the window's width, not the text's: the table
+   scrolls sideways only where its columns do not fit in the window. */
+.full { margin-left: calc(50% - 50vw + 24px); margin-right: calc(50% - 50vw + 24px); }
 #trials th { cursor: pointer; user-select: none; }
 #trials th.sorted-asc::after { content: " ▲"; } #trials th.sorted-desc::after { content: " ▼"; }
 #trials td { white-space: nowrap; }
@@ -225,15 +249,15 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
   re-timed side by side after the last trial.</p></div>
 </div>
 <h2>Every trial</h2>
-<div class="controls">
+<div class="controls full">
  <label>filter <input id="filter" size="40" placeholder="text in any column"></label>
  <label>status <select id="status-filter"><option value="">any</option></select></label>
  <span id="shown"></span>
  <span class="note">Click a heading to sort. Latency sorts by the ranking: finalists by their
  re-timing, then the rest by their one pass.</span>
 </div>
-<div id="trials-wrap"><table id="trials" class="grid"><thead><tr></tr></thead><tbody></tbody>
-</table></div>
+<div id="trials-wrap" class="full"><table id="trials" class="grid"><thead><tr></tr></thead>
+<tbody></tbody></table></div>
 <h2>Run metadata</h2>@@META@@
 <script type="application/json" id="sweep-data">@@DATA@@</script>
 <script>
@@ -244,18 +268,33 @@ const COLORS = {ok: "#3a9d5d", compile_error: "#f08c2e", runtime_error: "#d64545
   starting: "#a9c4e4", "re-timing": "#e0b84a"};
 // The mode bar (zoom, save as PNG) shows while the pointer is on a plot, over its title.
 const CONFIG = {displaylogo: false, responsive: true, displayModeBar: "hover"};
+// Numbers as sweep/numbers.py's significant() writes them: `digits` significant digits in
+// fixed notation, trailing zeros dropped, every digit of the integer part kept (1100 and
+// 694, never 1.1e+3; 0.01234); an exponent only outside 1e-6 to 1e15.
+const num = (v, digits = 4) => {
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return "0";
+  const exponent = Number(Math.abs(v).toExponential(digits - 1).split("e")[1]);
+  if (exponent < -6 || exponent >= 15)
+    return v.toExponential(digits - 1).replace(/e([+-])(\\d)$/, "e$10$2");
+  let text = v.toFixed(Math.max(0, digits - 1 - exponent));
+  if (text.includes(".")) text = text.replace(/0+$/, "").replace(/\\.$/, "");
+  return text === "-0" ? "0" : text;
+};
 const fmt = v => v === null || v === undefined ? "" :
-  (typeof v === "number" && !Number.isInteger(v) ? v.toPrecision(4) : String(v));
+  (typeof v === "number" && !Number.isInteger(v) ? num(v) : String(v));
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;"})[c]);
 const label = v => JSON.stringify(v);
 const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
 
 // --- the trial table -------------------------------------------------------------------
-const rateKey = D.rate, rateName = {tflops: "TFLOP/s", gbps: "GB/s"}[D.rate];
+// The rate column in one unit, the one that puts its largest value between 1 and 1000
+// (D.rate, chosen with the report's own rules), three significant digits.
+const RATE = D.rate;
 const COLUMNS = [
   {key: "index", name: "index"},
-  ...D.parameters.map(p => ({key: p, name: p})),
+  ...D.parameters.map(p => ({key: p, name: p, text: String})),  // a value as the spec gives it
   {key: "status", name: "status"},
   {key: "latency", name: "latency ms", value: r => r.retimed_ms ?? r.latency_ms,
    sortBy: r => r.rank,
@@ -264,7 +303,8 @@ const COLUMNS = [
   {key: "latency_p20_ms", name: "one pass p20", tip: "spread of the one pass"},
   {key: "latency_p80_ms", name: "one pass p80", tip: "spread of the one pass"},
   {key: "retimed_ms", name: "re-timed ms", tip: "finalists only: the side-by-side re-timing"},
-  ...(rateKey ? [{key: rateKey, name: rateName}] : []),
+  ...(RATE ? [{key: RATE.key, name: RATE.name, text: v => num(v, 3),
+               value: r => r[RATE.key] === null ? null : r[RATE.key] * RATE.factor}] : []),
   {key: "compile_ms", name: "compile ms"}, {key: "validation", name: "validation"},
   {key: "device", name: "device"},
   {key: "worker", name: "worker", value: r => r.node + "/" + r.worker},
@@ -288,7 +328,11 @@ const statusSel = document.getElementById("status-filter");
   statusSel.appendChild(o);
 });
 const cellValue = (c, r) => c.value ? c.value(r) : r[c.key];
-const texts = D.trials.map(r => COLUMNS.map(c => fmt(cellValue(c, r))).join(" ").toLowerCase());
+const cellText = (c, r) => {
+  const v = cellValue(c, r);
+  return c.text && v !== null && v !== undefined ? c.text(v) : fmt(v);
+};
+const texts = D.trials.map(r => COLUMNS.map(c => cellText(c, r)).join(" ").toLowerCase());
 function drawTable() {
   const needle = document.getElementById("filter").value.trim().toLowerCase();
   const status = statusSel.value;
@@ -317,7 +361,7 @@ function drawTable() {
         ? `<td><span class="chip s-${esc(r.status)}">${esc(r.status)}</span></td>`
         : c.key === "error" ? `<td title="${esc(r.error ?? "")}">` +
           esc(clip((r.error ?? "").split("\\n")[0], 90)) + "</td>"
-        : "<td>" + (c.key === "index" && r.winner ? "★ " : "") + esc(fmt(cellValue(c, r))) +
+        : "<td>" + (c.key === "index" && r.winner ? "★ " : "") + esc(cellText(c, r)) +
           "</td>"
       ).join("") + "</tr>";
   }).join("");
@@ -333,12 +377,23 @@ drawTable();
 
 // --- plots ------------------------------------------------------------------------------
 const ok = D.trials.filter(r => r.status === "ok");
+// Axes of ms and seconds say exponentformat "none": 2000, as the report writes it, not 2k.
 const layout = (title, extra) => Object.assign({
   title: {text: title, font: {size: 14}, x: 0.01, xanchor: "left"},
   margin: {l: 60, r: 40, t: 40, b: 50}, height: 340}, extra);
 
 (function latency() {
   const xs = ok.map(r => r.latency_ms);
+  // Binned here, not by plotly: the counts are known, so the y axis ticks whole numbers
+  // only (a step of 1, 2, 5, 10, ... trials), never the fractions plotly picks for a few.
+  const bins = Math.min(60, Math.max(10, Math.round(Math.sqrt(xs.length) * 2)));
+  const lo = xs.length ? Math.min(...xs) : 0, hi = xs.length ? Math.max(...xs) : 1;
+  const size = (hi - lo) / bins || Math.abs(lo) / bins || 1;
+  const counts = new Array(bins).fill(0);
+  xs.forEach(x => counts[Math.min(bins - 1, Math.floor((x - lo) / size))]++);
+  const most = Math.max(1, ...counts);
+  let step = 1;
+  for (let k = 1; most / step > 6; k++) step = [1, 2, 5][k % 3] * 10 ** Math.floor(k / 3);
   const shapes = [], notes = [];
   const mark = (x, text, color) => {
     shapes.push({type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1,
@@ -348,10 +403,14 @@ const layout = (title, extra) => Object.assign({
   };
   const w = D.trials.find(r => r.winner);
   if (w) mark(w.latency_ms, "winner #" + w.index, "#b8860b");
-  Plotly.newPlot("plot-latency", [{type: "histogram", x: xs, marker: {color: COLORS.ok},
-      nbinsx: Math.min(60, Math.max(10, Math.round(Math.sqrt(xs.length) * 2)))}],
+  const edges = counts.map((_, i) => lo + i * size);
+  Plotly.newPlot("plot-latency", [{type: "bar", x: edges.map(e => e + size / 2), y: counts,
+      width: size, marker: {color: COLORS.ok}, hoverinfo: "text",
+      hovertext: edges.map((e, i) => `${num(e)}–${num(e + size)} ms: ${counts[i]} trials`)}],
     layout(`Latency of the ${xs.length} trials that worked (one pass)`,
-      {xaxis: {title: {text: "ms"}}, yaxis: {title: {text: "trials"}},
+      {xaxis: {title: {text: "ms"}, exponentformat: "none"},
+       yaxis: {title: {text: "trials"}, tick0: 0, dtick: step, tickformat: "d",
+               rangemode: "tozero"},
        shapes, annotations: notes, bargap: 0.05}), CONFIG);
 })();
 
@@ -366,15 +425,15 @@ function drawEffects() {
   const e = D.effects.find(x => x.parameter === effectSel.value);
   if (!e) return;
   const xs = e.values.map(v => label(v.value));
-  const hover = e.values.map(v => `${v.ok} of ${v.trials} worked`);
+  const bar = (name, ms, color) => ({type: "bar", name, x: xs, y: ms, marker: {color},
+    hoverinfo: "text", hovertext: e.values.map((v, i) => `${e.parameter} ${xs[i]}: ${name} ` +
+      (ms[i] === null ? "—" : num(ms[i]) + " ms") + ` (${v.ok} of ${v.trials} worked)`)});
   Plotly.react("plot-effects", [
-    {type: "bar", name: "median", x: xs, y: e.values.map(v => v.median_ms), hovertext: hover,
-     marker: {color: "#7aa6d8"}},
-    {type: "bar", name: "best", x: xs, y: e.values.map(v => v.best_ms), hovertext: hover,
-     marker: {color: "#2f5f98"}}],
+    bar("median", e.values.map(v => v.median_ms), "#7aa6d8"),
+    bar("best", e.values.map(v => v.best_ms), "#2f5f98")],
     layout(`Effect of ${e.parameter}: latency per value (ms, one pass)`,
       {barmode: "group", xaxis: {type: "category", title: {text: e.parameter}},
-       yaxis: {title: {text: "ms"}}}), CONFIG);
+       yaxis: {title: {text: "ms"}, exponentformat: "none"}}), CONFIG);
 }
 effectSel.addEventListener("change", drawEffects);
 drawEffects();
@@ -384,7 +443,8 @@ const heatParams = varied.map(e => e.parameter);
 heatParams.forEach(p => [hx, hy].forEach(sel => {
   const o = document.createElement("option"); o.value = o.textContent = p; sel.appendChild(o);
 }));
-if (heatParams.length > 1) { hx.value = heatParams[0]; hy.value = heatParams[1]; }
+// The report's pick (under the interpreter, parameters that are not launch options).
+if (D.heatmap) { hx.value = D.heatmap[0]; hy.value = D.heatmap[1]; }
 function drawHeatmap() {
   let m = D.heatmaps.find(h => h.x === hx.value && h.y === hy.value), flip = false;
   if (!m) { m = D.heatmaps.find(h => h.x === hy.value && h.y === hx.value); flip = true; }
@@ -396,11 +456,16 @@ function drawHeatmap() {
   let xs = m.x_values.map(label), ys = m.y_values.map(label), z = m.best_ms;
   // best_ms is [y][x]; swapped, the page's rows are the record's columns.
   if (flip) { [xs, ys] = [ys, xs]; z = ys.map((_, i) => xs.map((_, j) => m.best_ms[j][i])); }
-  Plotly.react("plot-heatmap", [{type: "heatmap", x: xs, y: ys, z, colorscale: "Viridis",
-      reversescale: true, hoverongaps: false, colorbar: {title: {text: "ms"}}}],
-    layout(`Best latency (ms) by ${flip ? m.y : m.x} and ${flip ? m.x : m.y}`,
-      {xaxis: {type: "category", title: {text: flip ? m.y : m.x}},
-       yaxis: {type: "category", title: {text: flip ? m.x : m.y}}}), CONFIG);
+  const xName = flip ? m.y : m.x, yName = flip ? m.x : m.y;
+  const text = z.map(row => row.map(v => v === null ? "" : num(v)));
+  Plotly.react("plot-heatmap", [{type: "heatmap", x: xs, y: ys, z, text, colorscale: "Viridis",
+      reversescale: true, hoverongaps: false,
+      colorbar: {title: {text: "ms"}, exponentformat: "none"},
+      hovertemplate: `${esc(xName)} %{x}<br>${esc(yName)} %{y}<br>best %{text} ms` +
+        "<extra></extra>"}],
+    layout(`Best latency (ms) by ${xName} and ${yName}`,
+      {xaxis: {type: "category", title: {text: xName}},
+       yaxis: {type: "category", title: {text: yName}}}), CONFIG);
 }
 hx.addEventListener("change", drawHeatmap); hy.addEventListener("change", drawHeatmap);
 drawHeatmap();
@@ -418,11 +483,11 @@ drawHeatmap();
       base: ss.map(s => s.start_s), x: ss.map(s => Math.max(s.end_s - s.start_s, 1e-4)),
       marker: {color: COLORS[kind] || "#888"},
       hovertext: ss.map(s => (s.index === null ? kind : `#${s.index} ${kind}`) +
-        ` ${(s.end_s - s.start_s).toFixed(3)} s`), hoverinfo: "text"};
+        ` ${num(s.end_s - s.start_s, 3)} s`), hoverinfo: "text"};
   });
   Plotly.newPlot("plot-timeline", traces, layout("Workers over time", {barmode: "overlay",
     height: Math.max(220, 60 + 28 * workers.length),
-    xaxis: {title: {text: "seconds since the run began"}},
+    xaxis: {title: {text: "seconds since the run began"}, exponentformat: "none"},
     yaxis: {type: "category", automargin: true, categoryorder: "category descending"}}),
     CONFIG);
 })();

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.analysis import Analysis
+from sweep.numbers import significant
 from sweep.spec import SpecError
 
 # The HTML report's colours, so that both views read alike.
@@ -58,6 +59,14 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
     return plt.subplots(figsize=(width, height))
 
 
+def _plain(axis: Any) -> None:
+    """Tick labels as the reports write numbers (sweep.numbers): no exponent or offset
+    that matplotlib adds for large or close values (1100, not 1.1e3)."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: significant(v)))
+
+
 def _latency(a: Analysis) -> Any:
     xs = [r.latency_ms for r in a.ranked]
     if not xs:
@@ -72,6 +81,11 @@ def _latency(a: Analysis) -> Any:
         ax.legend()
     ax.set(title=f"{a.name}: latency of the {len(xs)} trials that worked (one pass)",
            xlabel="ms", ylabel="trials")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole numbers only
+    _plain(ax.xaxis)
+    _plain(ax.yaxis)
     return fig
 
 
@@ -97,6 +111,7 @@ def _effects(a: Analysis) -> Any:
                         color="#555555")
         ax.set_xticks(list(at), labels)
         ax.set(title=e.parameter, ylabel="ms")
+        _plain(ax.yaxis)
     for ax in list(axes.flat)[len(varied):]:
         ax.axis("off")
     handles, names = axes.flat[0].get_legend_handles_labels()
@@ -107,9 +122,9 @@ def _effects(a: Analysis) -> Any:
 
 
 def _heatmap(a: Analysis) -> Any:
-    if not a.heatmaps:
+    m = a.default_heatmap()  # the HTML page's default pick
+    if m is None:
         return None
-    m = a.heatmaps[0]
     fig, ax = _figure(6, 4.5)
     z = [[math.nan if v is None else v for v in row] for row in m.best_ms]
     image = ax.imshow(z, cmap="viridis_r", origin="lower", aspect="auto")
@@ -121,10 +136,10 @@ def _heatmap(a: Analysis) -> Any:
             for col, v in enumerate(values):
                 # Dark text on the light (fast) end of the scale, light on the dark end.
                 light = v is not None and high > low and (v - low) / (high - low) > 0.5
-                ax.text(col, row, "—" if v is None else f"{v:.3g}", ha="center", va="center",
+                ax.text(col, row, "—" if v is None else significant(v, 3), ha="center", va="center",
                         fontsize=8, color="white" if light else "black")
     ax.set(xlabel=m.x, ylabel=m.y, title=f"{a.name}: best latency (ms) by {m.x} and {m.y}")
-    fig.colorbar(image, ax=ax, label="ms")
+    _plain(fig.colorbar(image, ax=ax, label="ms").ax.yaxis)
     return fig
 
 
@@ -148,6 +163,7 @@ def _timeline(a: Analysis) -> Any:
     ax.set_yticks(range(len(workers)), workers)
     ax.legend(handles=[Patch(color=COLORS.get(k, "#888888"), label=k) for k in kinds],
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _plain(ax.xaxis)
     ax.set(xlabel="seconds since the run began",
            title=f"{a.name}: workers over time (grey: waiting for a compile or for work; "
                  "blue: starting; yellow: finalists re-timed)")

@@ -35,7 +35,7 @@ from storage.journal import (
     append_records,
     read_attempts,
 )
-from storage.lock import RunDirLock
+from storage.lock import LOCK_NAME, RunDirLock
 from storage.records import PRUNED, TrialRecord
 from storage.snapshot import (
     Best,
@@ -60,8 +60,10 @@ from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend,
 from sweep.stop import StopController
 from sweep.tally import LEADERS, Tally
 from sweep.warm_start import warm_start
+from sweep_kernels import BUILTIN
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
+IMPORT_NOTICE_S = 2.0  # a kernel import that takes longer is said while it runs
 # Batches big enough that Ray's per-call cost stays small next to the work they carry.
 TARGET_BATCH_S = 0.05
 DEPTH = 2  # batches in flight per worker
@@ -137,10 +139,15 @@ class Session:
     # on resume.
     meta_search: SearchPlan | None = None
     ending: Ending | None = None  # set once execute() has decided
+    # Cache entries that would have answered this sweep but for their run directory, gone.
+    gone: list[cache.CacheEntry] = field(default_factory=list)
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None,
-              command: str) -> Session:
+              command: str, replace_run: bool = False,
+              say_line: Callable[[str], None] = lambda line: None) -> Session:
+        """replace_run (--force): a run already in `out` is moved aside first, never
+        deleted (after a kernel edit, resume refuses it and this is the way on)."""
         spec_path = checked_path(spec_path, "spec")
         # Everything the file alone decides is checked now; the kernel module is imported
         # (and the spec checked against it) on another thread from here on.
@@ -156,9 +163,13 @@ class Session:
         lock = _lock(path, command)
         try:
             run = RunDir(path)
+            if run.meta.exists() and replace_run:
+                aside = _move_aside(run)
+                say_line(f"{path} held a run: moved it to {aside}, whole; starting anew")
             if run.meta.exists():
                 raise SpecError(f"{path}: already holds a run; continue it with: "
-                                f"{resume_command(path)}")
+                                f"{resume_command(path)}, or start anew there with --force "
+                                "(which moves it aside)")
             if run.holds_run():
                 raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
                                 "cut short, or files of something else); choose another "
@@ -170,6 +181,10 @@ class Session:
         # for a moment (see cluster.py) while this thread may be reading.
         here = Path.cwd()
         full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here))
+        if spec.kernel not in BUILTIN:  # a package's import can take long: say what we wait on
+            module = spec.kernel.partition(":")[0]
+            _say_if_slow(full_spec, IMPORT_NOTICE_S, lambda: say_line(
+                f"importing {module} (the spec's kernel) to check the spec against it"))
         return cls(spec, space, path, lock, None, created=created, full_spec=full_spec)
 
     @classmethod
@@ -272,6 +287,7 @@ class Session:
                 self.ending = Ending("cached", cached=hits)
                 return EXIT_OK
         try:
+            self._spec_refused()  # the kernel's import already found a mistake
             # A search's first configs depend on the cluster's size: none compile early.
             if not self.meta and cluster.starts_local(address) and \
                     self.spec.search.exhaustive and \
@@ -284,9 +300,11 @@ class Session:
                 loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                     if self.meta and loaded is None else None
                 try:
-                    started_ray = cluster.connect(address, lambda: stop.requested,
-                                                  lambda message: say(err, message))
+                    started_ray = cluster.connect(
+                        address, lambda: stop.requested or _failed(self.full_spec),
+                        lambda message: say(err, message))
                 except cluster.ConnectAbandoned as e:
+                    self._spec_refused()  # a join given up for the spec's mistake
                     say(err, f"{e}; " + ("the run is unchanged" if self.meta
                                          else "nothing was written"))
                     return stop.exit_code
@@ -325,6 +343,9 @@ class Session:
                 say(err, f"the time budget of {budget:g} s was spent before the run started; "
                          "nothing was written")
                 return EXIT_OK
+            for entry in self.gone:
+                say(err, f"the best-config cache has this sweep's best on {entry.device}, "
+                         f"from {entry.run_dir}, which is gone: tuning again")
             if not self.meta:
                 _note_interpreted_options(self.spec, backend, err)
                 self.meta_search = self._plan_search(backend, placement, err)
@@ -338,6 +359,12 @@ class Session:
                 import ray
 
                 ray.shutdown()
+
+    def _spec_refused(self) -> None:
+        """Raise the spec's mistake that importing the kernel found, if it has."""
+        if _failed(self.full_spec):
+            assert self.full_spec is not None
+            self.full_spec.result()
 
     def _retry_mask(self, records: pa.Table) -> Any:
         return pc.is_in(records.column("status"), value_set=pa.array(sorted(self.retry)))
@@ -418,7 +445,7 @@ class Session:
         fingerprint) completed on each before, with these torch and Triton versions; else
         nothing. Simulate and replay runs measure this tool, not a kernel: they always
         run."""
-        candidates = _candidates(self.spec, backend)
+        candidates = _candidates(self.spec, backend, self.gone)
         if not candidates:
             return []
         if backend == "interpret":
@@ -444,7 +471,8 @@ class Session:
         full = self.full_spec.result()
         backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
         here = cache.library_versions()  # the workers' too: this machine, this Python
-        hits = cache.answering(_candidates(full, backend), [(d, here) for d in devices])
+        hits = cache.answering(_candidates(full, backend, self.gone),
+                               [(d, here) for d in devices])
         if hits:
             self.spec = full
         return hits
@@ -481,6 +509,7 @@ class Session:
                 records = records.filter(pc.invert(pruned))
             tally = Tally.from_journal(len(self.space), records)
             done = records.column("index").to_numpy()
+        done_before = tally.done
         compiles = placement.compile_workers > 0
         search = self._search(records if loaded is not None else None, placement, err)
         feed = None
@@ -626,6 +655,11 @@ class Session:
         print_summary(out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       spec.search.most(len(self.space)) if "pruned" not in self.retry
                       else None)
+        if request.max_trials is not None and state == "interrupted" and \
+                driver is not None and driver.dispatched >= request.max_trials:
+            # Each session counts its own: a resume with --max-trials 100 runs 100 more.
+            say(out, f"  --max-trials {request.max_trials}: this session ran "
+                     f"{tally.done - done_before} of them; each session counts its own")
         if state == "complete" and tally.best is None:
             _print_errors(out, pq.read_table(run.trials, columns=["index", "status", "error"]))
             return EXIT_NONE_WORKED
@@ -798,6 +832,18 @@ def _worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         run=spec.fingerprint, fixed=dict(spec.fixed))
 
 
+def _failed(future: Future[Spec] | None) -> bool:
+    return future is not None and future.done() and future.exception() is not None
+
+
+def _say_if_slow(future: Future[Spec], after_s: float, say_it: Callable[[], None]) -> None:
+    """say_it() once, if the future is still running after_s from now."""
+    timer = threading.Timer(after_s, lambda: None if future.done() else say_it())
+    timer.daemon = True
+    timer.start()
+    future.add_done_callback(lambda _: timer.cancel())
+
+
 def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
     """call() on a daemon thread: a run stopped meanwhile must not wait, at exit, for a
     kernel module's import to end."""
@@ -811,6 +857,28 @@ def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
 
     threading.Thread(target=run, name="kernel-import", daemon=True).start()
     return future
+
+
+def _move_aside(run: RunDir) -> Path:
+    """Move every file of the run in `run.path` (its lock aside, which this session holds)
+    into a new sibling directory named for the moment, run.json last: a run cut short
+    mid-move leaves run.json, and so the run, where it was."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = run.path.with_name(f"{run.path.name}.replaced-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = run.path.with_name(f"{run.path.name}.replaced-{stamp}-{n}")
+    try:
+        aside.mkdir()
+        names = sorted((p.name for p in run.path.iterdir() if p.name != LOCK_NAME),
+                       key=lambda name: name == rundir.META)
+        for name in names:
+            os.rename(run.path / name, aside / name)
+    except OSError as e:
+        raise SpecError(f"--force: cannot move the run in {run.path} aside to {aside} "
+                        f"({e.strerror or e}); nothing was removed") from None
+    return aside
 
 
 def _make_dirs(path: Path) -> list[Path]:
@@ -862,14 +930,22 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
     return int(min(1024, max(1, TARGET_BATCH_S / per_trial_s)))
 
 
-def _candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
-    """Cache entries that this very sweep (its fingerprint) completed on some device.
-    Simulate and replay runs measure this tool, not a kernel: nothing answers them."""
+def _candidates(spec: Spec, backend: str, gone: list[cache.CacheEntry] | None = None
+                ) -> list[cache.CacheEntry]:
+    """Cache entries that this very sweep (its fingerprint) completed on some device, and
+    whose best's run directory is still there: an answer names where its best came from,
+    and with that gone there is nothing to inspect, so the sweep runs again. gone: gets
+    the entries left out for that. Simulate and replay runs measure this tool, not a
+    kernel: nothing answers them."""
     if backend not in ("interpret", "cuda"):
         return []
-    return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
-                                    spec.fixed_as_written)
-            if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
+    found = [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
+                                     spec.fixed_as_written)
+             if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
+    here = [e for e in found if Path(e.run_dir).is_dir()]
+    if gone is not None:
+        gone += [e for e in found if e not in here and e not in gone]
+    return here
 
 
 def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:

@@ -86,6 +86,7 @@ RUN_DIR_MARK = "sweep submit: run directory (on the head node): "
 GCS_MARK = "sweep submit: cluster address (on the head node): "
 _SUMMARY = re.compile(r"^sweep .*: (complete|interrupted|failed) — \d+ of \d+ trials")
 _RESULTS = re.compile(r"^  results: (.+)/trials\.parquet$")
+_CACHED = re.compile(r"^sweep .*: cached — ")  # answered from the cache: no run directory
 
 
 class SubmitError(Exception):
@@ -392,6 +393,7 @@ class Job:
     state: str | None = None  # the sweep's summary: complete, interrupted, failed
     results_dir: str | None = None  # named by the summary: the run exists
     no_module: bool = False  # the head's Python lacks this project
+    cached: bool = False  # the cache answered: nothing ran, no run directory was made
     _info: Any = field(default=None, init=False, repr=False)  # the terminal JobDetails
     _partial: str = field(default="", init=False, repr=False)  # a log line cut mid-chunk
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
@@ -454,8 +456,6 @@ class Job:
 
     async def _tail(self) -> None:
         async for chunk in self.client.tail_job_logs(self.submission_id):
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
             self._scan(chunk)
 
     def _scan(self, chunk: str) -> None:
@@ -471,10 +471,20 @@ class Job:
             self._partial = ""
 
     def _line(self, line: str) -> None:
-        if line.startswith(RUN_DIR_MARK) and self.run_dir is None:
-            self.run_dir = line[len(RUN_DIR_MARK):]
-        elif line.startswith(GCS_MARK) and self.gcs is None:
-            self.gcs = line[len(GCS_MARK):] or None
+        """One line of the job's log: shown, unless it is the entrypoint's note to this
+        client (where the run directory would be: a sweep the cache answers makes none,
+        so it is named only once the sweep's summary names it)."""
+        if line.startswith(RUN_DIR_MARK):
+            self.run_dir = self.run_dir or (None if self.cached else line[len(RUN_DIR_MARK):])
+            return
+        if line.startswith(GCS_MARK):
+            self.gcs = self.gcs or line[len(GCS_MARK):] or None
+            return
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        if _CACHED.match(line):
+            self.run_dir = None
+            self.cached = True
         elif m := _SUMMARY.match(line):
             self.state = m.group(1)
         elif m := _RESULTS.match(line):
@@ -527,7 +537,7 @@ class Job:
 
     def _where(self) -> None:
         path = self.results_dir or self.run_dir
-        if path is None:
+        if path is None or self.cached:
             return
         say(self.out, f"  run directory (on the head node): {path}")
         address = f" --address {shlex.quote(self.gcs)}" if self.gcs else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from storage.cache import CacheEntry, cache_dir, entry_key, library_versions, read
 from sweep_kernels import load_kernel, source_digest
@@ -20,12 +20,25 @@ from sweep_kernels import load_kernel, source_digest
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
+@overload
 def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: Mapping[str, Any],
                  fixed: Mapping[str, Any] | None = None, device: str | None = None,
-                 partial: bool = False) -> dict[str, Any]:
+                 partial: bool = False) -> dict[str, Any]: ...
+
+
+@overload
+def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: None = None,
+                 fixed: Mapping[str, Any] | None = None, device: str | None = None,
+                 partial: bool = False) -> dict[str, Any] | None: ...
+
+
+def tuned_config(kernel: str, problem: Mapping[str, Any], *,
+                 default: Mapping[str, Any] | None = None,
+                 fixed: Mapping[str, Any] | None = None, device: str | None = None,
+                 partial: bool = False) -> dict[str, Any] | None:
     """The cached best config of `kernel` (named as in a spec: "matmul" or "pkg.mod:attr")
     for `problem` (merged with the kernel's defaults, as a spec's is) on this process's
-    device, else a copy of `default`.
+    device, else a copy of `default` (None without one).
 
     fixed: the kernel's fixed arguments exactly as the spec's `fixed:` wrote them (the
     kernel record's own defaults are part of its source). device: a device name as the
@@ -34,7 +47,7 @@ def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: Mapping[st
     Only a complete sweep's best counts, unless partial=True."""
     entry = tuned_entry(kernel, problem, device, fixed)
     if entry is None or (entry.partial and not partial):
-        return dict(default)
+        return dict(default) if default is not None else None
     return dict(entry.config)
 
 

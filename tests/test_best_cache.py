@@ -116,8 +116,24 @@ def test_a_cached_interpreter_run_answers_the_next_and_launch_code(ray_local, tm
     assert (result.state, result.run_dir, result.best.config) == \
         ("cached", (tmp_path / "a").resolve(), tuned)
     assert not (tmp_path / "c").exists()
+    # Where the best came from, in that run's table, as a run's result says it.
+    assert result.best.index == best["index"] and result.finalists == best["finalists"]
+    assert tuned_config("softmax", problem, device="cpu-interpreter") == tuned
+    assert tuned_config("softmax", {**problem, "cols": 128}, device="cpu-interpreter") is None
     assert sweep_cli("run", spec, "--out", tmp_path / "d", "--force") == 0
     assert (tmp_path / "d" / "trials.parquet").exists()
+
+    # With the run directories the cache names gone, there is nothing to show where an
+    # answer came from: the sweep is tuned again, and says why.
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "a")
+    shutil.rmtree(tmp_path / "d")
+    assert sweep_cli("run", spec, "--out", tmp_path / "e") == 0
+    err = capsys.readouterr().err
+    assert "which is gone: tuning again" in err, err
+    assert (tmp_path / "e" / "trials.parquet").exists()
+    (entry,) = lookup("softmax", entry_source(), {**problem})
+    assert entry.run_dir == str((tmp_path / "e").resolve())  # whatever its latency
 
 
 def entry_source() -> str:

@@ -179,3 +179,34 @@ print("refused")
     assert proc.returncode == 0 and proc.stdout == "refused\n", proc.stderr
     assert proc.stderr.splitlines() == [f"other line {i}" for i in range(200)]
     assert (tmp_path / "opened-after").read_bytes() == b"mine\n"
+
+
+def test_a_cluster_another_user_started_here_is_not_joined_and_the_run_says_why(
+        tmp_path, monkeypatch):
+    from sweep import cluster
+
+    listener = socket.create_server(("127.0.0.1", 0))  # a head that answers
+    record = tmp_path / "ray_current_cluster"
+    record.write_text(f"127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(cluster, "_address_file", lambda: record)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        assert cluster.target(None) == record.read_text()  # this user's: joined
+        assert cluster.not_joined(None) is None
+        os.chown(record, 54321, -1)  # the same record, another user's
+        assert cluster.target(None) is None and cluster.starts_local(None)
+        why = cluster.not_joined(None)
+        assert why is not None and "started by another user (uid 54321" in why
+        assert cluster.not_joined("local") is None  # asked for explicitly: nothing to say
+    finally:
+        listener.close()
+
+
+def test_a_join_refused_names_what_gave_the_address(tmp_path):
+    spec = simulate_spec(tmp_path / "s.yaml", space={"A": [1]})
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+           "RAY_ADDRESS": "127.0.0.1:9", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc, _ = run("run", spec, "--out", tmp_path / "run", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: RAY_ADDRESS: cannot reach a Ray cluster at "
+                                  "127.0.0.1:9"), proc.stderr

@@ -217,3 +217,164 @@ def test_a_run_still_going_is_reported_from_its_checkpoint(tmp_path, ray_address
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith(f"{out}: interrupted")
     assert "(partial: not a complete run's settled pick)" in stopped.stdout
+
+
+# --- a run under the interpreter, written through the run's own writers ------------------
+# Latencies as the interpreter's are (hundreds of ms and more) and a tiny work per launch:
+# the numbers that read as 1.1e+03 ms and 1.615e-05 TFLOP/s before.
+INTERPRETED_SPACE = {"BLOCK_M": [16, 32], "num_warps": [1, 2], "rows": [1, 2]}
+INTERPRETED_WORK = {"flops": 34020.0, "bytes_moved": 794.64}
+
+
+def write_interpreter_run(tmp_path, *, backend="interpret", error="boom"):
+    """A complete run of 8 configs (BLOCK_M, num_warps, rows): #7 failed with `error`, the
+    rest worked, #0 fastest at 2.1 ms, then 694.2 ms and 1100.3 ms and slower."""
+    import dataclasses
+
+    from storage.records import TrialRecord
+    from storage.snapshot import Best, write_best
+    from sweep import rundir
+    from sweep.rundir import RunDir, RunLog
+    from sweep.spec import load_spec
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(simulate_spec(tmp_path / "s.yaml", space=INTERPRETED_SPACE))
+    spec = dataclasses.replace(spec, work=INTERPRETED_WORK, name="interpreted")
+    space = spec.expand()
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    rundir.create(run, spec, len(space), backend)
+    device = "cpu-interpreter" if backend == "interpret" else "simulated"
+    latencies = [2.1, 694.2, 1100.3, 1500.0, 2000.0, 2500.0, 12345.6, None]
+    records = [
+        TrialRecord(index=i, config=space.config(i), status="ok" if ms else "runtime_error",
+                    latency_ms=ms, latency_p20_ms=ms and ms * 0.99,
+                    latency_p80_ms=ms and ms * 1.01, validation="passed" if ms else "skipped",
+                    error=None if ms else error, compile_ms=None, device=device, node="n1",
+                    worker="w1", attempt=1, started_at=100.0 + 20 * i,
+                    finished_at=100.0 + 20 * i + (ms or 1) / 1000)
+        for i, ms in enumerate(latencies)]
+    with RunLog(run, spec.fingerprint) as log:
+        log.commit(records, [], [None] * len(records))
+    rundir.write_trials(run, spec, space, "complete")
+    best = Best(0, space.config(0), 2.1, device)
+    write_best(run.best, best, fingerprint=spec.fingerprint, partial=False, finalists=[],
+               by_device={device: best}, baseline={})
+    return run.path
+
+
+def test_under_the_interpreter_the_heatmap_defaults_to_parameters_that_are_not_launch_options(
+        tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from sweep.analysis import analyse
+    from sweep.report_html import render
+    from sweep.report_plots import _heatmap
+
+    a = analyse(write_interpreter_run(tmp_path / "interpreted"))
+    assert a.interpreted
+    # The first pair is BLOCK_M by num_warps, which changes nothing under the interpreter.
+    assert (a.heatmaps[0].x, a.heatmaps[0].y) == ("BLOCK_M", "num_warps")
+    m = a.default_heatmap()
+    assert (m.x, m.y) == ("BLOCK_M", "rows")
+    page = render(a, "")
+    data = json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
+    assert data["heatmap"] == ["BLOCK_M", "rows"]  # the page's default pick
+    ax = _heatmap(a).axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("BLOCK_M", "rows")
+    # On a GPU (here: simulated) num_warps matters: the first pair stays the default.
+    compiled = analyse(write_interpreter_run(tmp_path / "compiled", backend="simulate"))
+    assert not compiled.interpreted
+    m = compiled.default_heatmap()
+    assert (m.x, m.y) == ("BLOCK_M", "num_warps")
+
+
+def _open(browser, page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(page.as_uri())
+    WebDriverWait(browser, 30).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
+
+
+def test_the_interpreters_heatmap_opens_on_parameters_that_are_not_launch_options(
+        tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    from sweep.analysis import analyse
+    from sweep.report_html import write_html
+
+    write_html(analyse(write_interpreter_run(tmp_path)), tmp_path / "r.html")
+    _open(browser, tmp_path / "r.html")
+    picked = [browser.find_element(By.ID, i).get_attribute("value") for i in ("heat-x", "heat-y")]
+    assert picked == ["BLOCK_M", "rows"]
+    title = browser.find_element(By.CSS_SELECTOR, "#plot-heatmap .gtitle").text
+    assert title == "Best latency (ms) by BLOCK_M and rows"
+
+
+def test_the_trial_table_takes_the_windows_width_and_scrolls_only_where_it_does_not_fit(
+        tmp_path, browser):
+    from test_analysis import write_run
+
+    from sweep.analysis import analyse
+    from sweep.report_html import write_html
+
+    long = "RuntimeError: " + "a long message about what went wrong in the kernel " * 4
+    path = write_run(tmp_path, errors={2: long, 4: long},
+                     devices={i: "NVIDIA H200 NVL with a long device name" for i in range(6)})
+    write_html(analyse(path), tmp_path / "r.html")
+    widths = "const w = document.getElementById('trials-wrap'); " \
+             "return [w.clientWidth, w.scrollWidth, window.innerWidth];"
+    try:
+        browser.set_window_size(2600, 1000)
+        _open(browser, tmp_path / "r.html")
+        client, scroll, window = browser.execute_script(widths)
+        assert client > window - 80 and scroll <= client, (client, scroll, window)
+        browser.set_window_size(1000, 1000)  # too narrow for its columns: it scrolls
+        client, scroll, window = browser.execute_script(widths)
+        assert client <= window and scroll > client, (client, scroll, window)
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
+def test_the_latency_histogram_counts_whole_trials(quickstart, browser):
+    _open(browser, quickstart / "report.html")
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('#plot-latency .ytick text')]"
+        ".map(t => t.textContent)")
+    assert ticks and all(t.isdigit() for t in ticks), ticks
+    assert len(ticks) >= 2
+    ms = browser.execute_script(
+        "return [...document.querySelectorAll('#plot-latency .xtick text')]"
+        ".map(t => t.textContent)")
+    assert ms and all(t.replace(".", "", 1).isdigit() for t in ms), ms  # no 2k, no 1e+3
+
+
+def test_the_trial_tables_rate_column_says_its_one_unit_and_numbers_have_no_exponent(
+        quickstart, browser):
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    from sweep.numbers import significant
+
+    page = (quickstart / "report.html").read_text()
+    data = json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
+    rate = data["rate"]
+    assert rate["key"] == "tflops" and rate["name"].endswith("FLOP/s")
+    _open(browser, quickstart / "report.html")
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#trials th")]
+    assert rate["name"] in heads
+    column = heads.index(rate["name"]) + 1
+    cells = {int(row.get_attribute("data-index")):
+             row.find_element(By.XPATH, f"td[{column}]").text
+             for row in browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")}
+    expected = {t["index"]: "" if t["tflops"] is None else
+                significant(t["tflops"] * rate["factor"], 3) for t in data["trials"]}
+    assert cells == expected and any(cells.values())
+    # The largest value of the column reads between 1 and 1000 in its unit.
+    assert 1 <= max(t["tflops"] * rate["factor"] for t in data["trials"] if t["tflops"]) < 1000
+    table = browser.find_element(By.ID, "trials").text
+    assert re.search(r"\d[eE][-+]\d", table) is None

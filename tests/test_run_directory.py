@@ -256,6 +256,39 @@ def test_resume_checks_an_edited_spec_before_importing_the_module_it_names(
     assert not marker.exists()
 
 
+def test_after_a_kernel_edit_force_moves_the_old_run_aside_and_starts_anew(
+        ray_address, tmp_path):
+    kernel = tmp_path / "edited_kernel.py"
+    kernel.write_text("from sweep_kernels.faulty import KERNEL  # noqa: F401\n")
+    write_spec(tmp_path / "spec.yaml", name="mine", kernel="edited_kernel:KERNEL",
+               problem={"n": 64}, space={"BLOCK": [32, 64], "MODE": [0]},
+               timing={"warmup_ms": 1, "rep_ms": 3},
+               run={"backend": "interpret", "workers": 1, "finalists": 0})
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return sweep_proc(*args, "--address", ray_address, cwd=tmp_path)
+
+    out = tmp_path / "run"
+    assert sweep("run", "spec.yaml", "--out", "run").returncode == 0
+    before = files(out)
+    kernel.write_text(kernel.read_text() + "# edited\n")
+    assert sweep("resume", "run").returncode == 2  # the kernel changed since
+    refused = sweep("run", "spec.yaml", "--out", "run")
+    assert refused.returncode == 2
+    assert "--force" in refused.stderr and "moves it aside" in refused.stderr, refused.stderr
+    assert files(out) == before
+    done = sweep("run", "spec.yaml", "--out", "run", "--force")
+    assert done.returncode == 0, done.stderr
+    (aside,) = tmp_path.glob("run.replaced-*")
+    assert f"moved it to {aside}" in done.stderr
+    # The old run whole, where it was moved; a new one complete in its place.
+    assert {k: v for k, v in files(aside).items() if k != ".sweep.lock"} == \
+        {k: v for k, v in before.items() if k != ".sweep.lock"}
+    assert_each_index_once(out, 2)
+    assert json.loads((out / "run.json").read_text())["fingerprint"] != \
+        json.loads((aside / "run.json").read_text())["fingerprint"]
+
+
 # --- bad places ----------------------------------------------------------------------------
 def test_a_read_only_run_directory_is_refused_on_resume_with_one_line(ray_local, tmp_path,
                                                                        capsys):

@@ -229,3 +229,25 @@ def test_resume_of_a_directory_that_is_not_a_run_is_bad_input(tmp_path, capsys):
     assert sweep_cli("resume", tmp_path) == 2
     assert "not a sweep run directory" in capsys.readouterr().err
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_a_mistake_only_the_kernel_can_find_is_reported_once_its_slow_import_ends(
+        tmp_path, ray_address):
+    # A package whose import takes seconds (Liger-Kernel's pulls in torch._dynamo): the
+    # user is told what the wait is, and the mistake comes as soon as the import ends,
+    # without waiting on the cluster it was joining.
+    (tmp_path / "slow_kernel.py").write_text(
+        "import time\n"
+        "time.sleep(4)  # a package that takes seconds to import\n"
+        "from sweep_kernels.softmax import KERNEL  # noqa: E402,F401\n")
+    (tmp_path / "spec.yaml").write_text(
+        "kernel: slow_kernel:KERNEL\n"
+        "problem: {rows: 4, cols: 64, dtype: float32}\n"
+        "space: {BLOCK_SIZ: [32], ROWS_PER_PROGRAM: [1]}\n"
+        "run: {backend: interpret}\n")
+    done = sweep_proc("run", "spec.yaml", "--address", ray_address, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "importing slow_kernel (the spec's kernel) to check the spec against it"
+    assert len(lines) == 2 and "space.BLOCK_SIZ" in lines[1] and "Traceback" not in lines[1]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -200,12 +200,19 @@ def test_resume_refuses_a_changed_spec_and_touches_nothing(ray_local, tmp_path, 
 
 
 def test_budgeted_runs_resume_to_the_same_table_with_each_index_once(ray_local, reference,
-                                                                      tmp_path):
+                                                                      tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out, "--max-trials", "60") == 0
     snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
     assert snap["state"] == "interrupted" and snap["done"] >= 60
+    capsys.readouterr()
+    assert sweep_cli("resume", out, "--max-trials", "30") == 0
+    # The limit is this session's: 30 more, and the summary says so.
+    again = json.loads((out / "snapshot.json").read_text())["snapshot"]["done"]
+    assert again - snap["done"] >= 30 and again < 120
+    assert f"--max-trials 30: this session ran {again - snap['done']} of them; each " \
+        "session counts its own" in capsys.readouterr().out
     while sweep_cli("resume", out, "--max-trials", "60") == 0:
         snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
         if snap["state"] == "complete":

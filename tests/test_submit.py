@@ -389,3 +389,28 @@ def test_the_jobs_command_carries_the_time_budget_and_force():
                     "--max-trials", "5", "--time-budget", "30.0", "--force"]
     plain = shlex.split(_entrypoint("s.yaml", "~/runs/x", None, None))
     assert plain[plain.index("run"):] == ["run", "s.yaml", "--out", "$out"]
+
+
+def test_a_sweep_the_cache_answers_on_the_head_names_no_run_directory(capsys):
+    # The entrypoint names the run directory it will give `sweep run` before the sweep
+    # starts; a sweep answered from the cache makes none, so none may be named.
+    from rich.console import Console
+
+    from sweep.submit import GCS_MARK, RUN_DIR_MARK, Job
+
+    job = Job(client=None, url="http://127.0.0.1:8265", grace_s=63, out=Console(),
+              err=Console(stderr=True), submission_id="raysubmit_1")
+    log = (f"{RUN_DIR_MARK}/home/u/sweep-runs/tiny-20261201T120000Z\n"
+           f"{GCS_MARK}127.0.0.1:6379\n"
+           "sweep tiny: cached — this sweep of softmax completed on cpu-interpreter before; "
+           "the best any sweep found there is from /home/u/sweep-runs/tiny-1 (2026-12-01)\n"
+           "  best: {\"BLOCK_N\": 64} 1.2 ms\n"
+           "  nothing was run; pass --force to tune again\n")
+    job._scan(log[:70])  # as chunks arrive, cut anywhere
+    job._scan(log[70:])
+    shown = capsys.readouterr().out
+    assert "tiny-20261201T120000Z" not in shown and RUN_DIR_MARK not in shown
+    assert shown.endswith("nothing was run; pass --force to tune again\n")
+    job._where()
+    assert "run directory" not in capsys.readouterr().out
+    assert job.results_dir is None and job.gcs == "127.0.0.1:6379"
