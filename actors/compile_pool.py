@@ -106,6 +106,9 @@ class Compiler(Protocol):
     def notices(self) -> list[str]:
         """What its worker should tell the user about the pool (each said once)."""
 
+    def down(self) -> bool:
+        """Whether no process of it can start: its worker compiles every config itself."""
+
     def close(self) -> None: ...
 
 
@@ -229,6 +232,16 @@ class CompilePool:
         with self._lock:
             self._pump()
             return any(p is not None and p.ready for p in self._procs)
+
+    def down(self) -> bool:
+        return self._down is not None
+
+    def finished_ms(self) -> list[float]:
+        """How long each compile that ended well took (cache hits too), so far."""
+        with self._lock:
+            self._pump()
+            return [c.compile_ms for c in self._done.values()
+                    if c.ok and c.compile_ms is not None]
 
     def notices(self) -> list[str]:
         with self._lock:

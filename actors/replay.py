@@ -173,6 +173,9 @@ class ReplayCompiler:
     def notices(self) -> list[str]:
         return []
 
+    def down(self) -> bool:
+        return False
+
     def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
         with self._lock:
             self._advance(time.monotonic())

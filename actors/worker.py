@@ -19,6 +19,7 @@ import json
 import os
 import queue
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -230,6 +231,9 @@ class TrialWorker:
         self._changed = threading.Condition()
         self._device = threading.Lock()  # trials and re-timing take turns on the device
         self._began = 0
+        # Every config's compile weight it was sent: which count as light, before the
+        # pool is up (see _next).
+        self._weights: list[float] = []
         threading.Thread(target=self._runner, name="trial-runner", daemon=True).start()
 
     def info(self) -> dict[str, Any]:
@@ -255,6 +259,7 @@ class TrialWorker:
                 self.pool.set_limit(limit)
             for index, config, _ in trials:
                 self.pool.submit(index, config)
+            self._weights += [compile_weight(config) for _, config, _ in trials]
             for index, config in ahead:
                 self.pool.hint(index, config)
         with self._changed:
@@ -331,9 +336,15 @@ class TrialWorker:
                 # No compile process is up yet (they import torch first): the device's
                 # own process compiles a config itself rather than wait for them, the
                 # likely-quickest (perhaps compiled before Ray was up, see prestart.py).
+                # Only a light one: a heavy tile's compile can outlast the trial's
+                # timeout there (minutes, for 1-2 warps on 32x8192), where no compile
+                # limit stops it. Once the pool is down, every config is compiled here.
                 configs = {t[0]: t[1] for h in held_now for t in h.trials}
-                quickest = sorted(keys, key=lambda k: compile_weight(configs[k]))
-                key = next((k for k in quickest if self.pool.withdraw(k)), None)
+                weight = {k: compile_weight(configs[k]) for k in keys}
+                light = statistics.median_low(self._weights)
+                quickest = sorted(keys, key=weight.__getitem__)
+                key = next((k for k in quickest if (weight[k] <= light or self.pool.down())
+                            and self.pool.withdraw(k)), None)
                 if key is not None:
                     got = key, None
             if got is None:

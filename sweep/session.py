@@ -528,10 +528,16 @@ class Session:
             if search is None:
                 todo = self._full_order() if len(todo) == len(self.space) \
                     else compile_order(self.space, todo)
+            seen: list[tuple[str, float | None]] = list(zip(
+                loaded.records.column("status").to_pylist(),
+                loaded.records.column("compile_ms").to_pylist())) if loaded else []
+            if self.prestart is not None and self.prestart.pool is not None:
+                # What compiled while Ray started: real compiles, where the workers' own
+                # mostly find the binaries in Triton's cache and so tell nothing.
+                seen += [("ok", ms) for ms in self.prestart.pool.finished_ms()]
             compile_limit = AdaptiveLimit(
                 spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
-                seen=zip(loaded.records.column("status").to_pylist(),
-                         loaded.records.column("compile_ms").to_pylist()) if loaded else ())
+                seen=seen)
             if self.retry:  # what a limit stopped is given the trial timeout this time
                 compile_limit = AdaptiveLimit(spec.run.trial_timeout_s, adaptive=False)
         settings = replace(

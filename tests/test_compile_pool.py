@@ -175,3 +175,16 @@ def test_processes_that_cannot_start_at_all_leave_the_pool_down_not_raising(monk
         assert pool.take([0, 1]) is None
     finally:
         pool.close()
+
+
+def test_the_compile_times_of_a_pool_nobody_takes_from_are_there_to_learn_a_limit_from(pool):
+    # The early pool (sweep/prestart.py) compiles while Ray starts; the workers then find
+    # those binaries in Triton's cache (compiles of a few ms), so only the early pool's
+    # own times say how long this kernel's compiles take.
+    for key in range(3):
+        pool.submit(key, {**CONFIG, "BLOCK_N": 16 * (key + 1)})
+    deadline = time.monotonic() + 120
+    while len(pool.finished_ms()) < 3:
+        assert time.monotonic() < deadline, "the compiles never ended"
+        pool.wait(0.05)
+    assert all(ms > 0 for ms in pool.finished_ms())

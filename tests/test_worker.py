@@ -34,8 +34,9 @@ SETTINGS = WorkerSettings(backend="simulate", kernel="matmul", problem={},
 class ScriptedPool:
     """Compiles finish when the test says so (finish()); started() as the test sets it."""
 
-    def __init__(self, up: bool = True) -> None:
+    def __init__(self, up: bool = True, down: bool = False) -> None:
         self.up = up
+        self.is_down = down
         self.submitted: list[int] = []
         self.finished: list[int] = []
         self.changed = threading.Condition()
@@ -77,6 +78,9 @@ class ScriptedPool:
 
     def notices(self) -> list[str]:
         return []
+
+    def down(self) -> bool:
+        return self.is_down
 
     def close(self) -> None:
         pass
@@ -244,11 +248,30 @@ def test_a_failure_on_a_batchs_last_trial_ends_that_batchs_stream(monkeypatch):
 
 def test_before_its_pool_is_up_the_worker_compiles_the_likely_quickest_config_first(
         monkeypatch):
-    pool = ScriptedPool(up=False)
+    pool = ScriptedPool(up=False, down=True)  # a pool that cannot start: all compile here
     w, backend = make_worker(monkeypatch, pool)
     big, small = {"i": 0, "BLOCK": 256, "num_stages": 4}, {"i": 1, "BLOCK": 16, "num_stages": 2}
     list(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
     assert [i for i, _ in backend.ran] == [1, 0]  # the small tile first, not the order sent
+
+
+def test_a_heavy_config_waits_for_the_pool_rather_than_compile_where_no_limit_stops_it(
+        monkeypatch):
+    # On an H200 a 32x8192 tile with 2 warps compiled in the launching process for the
+    # whole of the trial's 60 s timeout (its compile is minutes), and the driver ended the
+    # worker; in the pool the compile limit stops it.
+    pool = ScriptedPool(up=False)
+    w, backend = make_worker(monkeypatch, pool)
+    big, small = {"i": 0, "BLOCK": 8192, "ROWS": 32}, {"i": 1, "BLOCK": 2048, "ROWS": 1}
+    stream = one_by_one(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
+    assert next(stream) == BatchStarted()
+    assert next(stream) == TrialStarted(1, 0, ahead=False)
+    assert next(stream).index == 1
+    assert backend.ran == [(1, None)] and pool.submitted == [0]  # the big one is the pool's
+    pool.up = True
+    pool.finish(0)
+    assert next(stream) == TrialStarted(0, 1, ahead=True)
+    assert next(stream).index == 0 and backend.ran[1][1] is not None
 
 
 def test_records_finished_together_travel_as_one_message_and_pickle_as_values():
