@@ -211,6 +211,7 @@ class Driver:
         self.on_snapshot = on_snapshot
         self.observers = list(observers)
         self.compile_limit = compile_limit
+        self._pushed_limit = compile_limit.current.seconds if compile_limit else None
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
         self.slots: list[_Slot] = []
         self.kinds = list(kinds)
@@ -527,8 +528,10 @@ class Driver:
                 batch.started, slot.since = True, now
                 slot.running, slot.began = event.index, event.ordinal
             if event.ahead and self.on_compilers_up is not None:
-                self.on_compilers_up()
+                self.on_compilers_up()  # may teach the compile limit (the early pool's)
                 self.on_compilers_up = None
+                if self.compile_limit is not None:
+                    self._push_limit()
         elif isinstance(event, TrialsDone):
             batch = self._batch(slot, event.batch)
             done = batch.take(event.records) if batch is not None else set()
@@ -708,14 +711,8 @@ class Driver:
             return
         self.timeline["last_trial_done"] = self.runtime.time()
         if self.compile_limit is not None:
-            before = self.compile_limit.current.seconds
             self.compile_limit.observe(records)
-            if self.compile_limit.current.seconds != before:
-                # Learnt now: compiles already running past it stop now, not when the next
-                # batch brings it (a search sends none while it waits on them).
-                for slot in self.slots:
-                    if slot.up:
-                        self.runtime.set_limit(slot.name, self.compile_limit.current)
+            self._push_limit()
         self.tally.add(records)
         if self.feed is not None:
             self.queue.extend((i, _UNSENT, self.spent.get(i, 0) + 1) for i in self.feed(records))
@@ -727,6 +724,18 @@ class Driver:
             # the rest of this group goes unobserved, so no later group may be observed.
             self.observers = []
             raise
+
+    def _push_limit(self) -> None:
+        """A compile limit learnt now reaches the workers now: compiles already running
+        past it stop, not when the next batch brings it (a search sends none while it
+        waits on them)."""
+        assert self.compile_limit is not None
+        if self.compile_limit.current.seconds == self._pushed_limit:
+            return
+        self._pushed_limit = self.compile_limit.current.seconds
+        for slot in self.slots:
+            if slot.up:
+                self.runtime.set_limit(slot.name, self.compile_limit.current)
 
     def _event(self, message: str) -> None:
         for observer in self.observers:

@@ -109,18 +109,26 @@ class Prestart:
         size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
         pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
                            CompileLimit(settings.compile_timeout_s), settings.kernel_path,
-                           devices=gpus, stderr=log, fixed=settings.fixed)
+                           devices=gpus, stderr=log, fixed=settings.fixed, unforked=False)
         for index, config in itertools.islice(configs, EARLY_PER_PROCESS * size):
             pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)
 
-    def stop_compiling(self) -> None:
-        if self.pool is not None:
-            self._stop.set()
-            if self._pumping is not None:
-                self._pumping.join(5)
-            self.pool.close()
-            self.pool = None
+    def stop_compiling(self) -> list[float]:
+        """Ends the early compiles; returns how long each that ended took (ms): real
+        compiles, where the workers then mostly find the binaries in Triton's cache."""
+        if self.pool is None:
+            return []
+        self._stop.set()
+        if self._pumping is not None:
+            self._pumping.join(5)
+        try:
+            took = self.pool.finished_ms()
+        except (OSError, ValueError, RuntimeError):
+            took = []
+        self.pool.close()
+        self.pool = None
+        return took
 
     def close(self) -> None:
         """Everything it started ends: adopted launchers die with their workers anyway."""

@@ -65,6 +65,10 @@ class AdaptiveLimit:
         self.current = CompileLimit(fixed_s)
         self._observe(seen)
 
+    def observe_compiles(self, ms: Iterable[float]) -> None:
+        """Compile times measured outside any trial (the early pool's, prestart.py)."""
+        self._observe(("ok", m) for m in ms)
+
     def observe(self, records: Iterable[TrialRecord]) -> None:
         self._observe([(r.status, r.compile_ms) for r in records])
 

@@ -360,6 +360,15 @@ class Session:
 
                 ray.shutdown()
 
+    def _early_compiles_end(self, limit: AdaptiveLimit | None) -> None:
+        """The workers' pools are up: the early pool stops, and what it compiled while Ray
+        started teaches the compile limit (the workers find those binaries in Triton's
+        cache, in a few ms that say nothing of how long this kernel's compiles take)."""
+        if self.prestart is not None:
+            took = self.prestart.stop_compiling()
+            if limit is not None:
+                limit.observe_compiles(took)
+
     def _spec_refused(self) -> None:
         """Raise the spec's mistake that importing the kernel found, if it has."""
         if _failed(self.full_spec):
@@ -531,10 +540,6 @@ class Session:
             seen: list[tuple[str, float | None]] = list(zip(
                 loaded.records.column("status").to_pylist(),
                 loaded.records.column("compile_ms").to_pylist())) if loaded else []
-            if self.prestart is not None and self.prestart.pool is not None:
-                # What compiled while Ray started: real compiles, where the workers' own
-                # mostly find the binaries in Triton's cache and so tell nothing.
-                seen += [("ok", ms) for ms in self.prestart.pool.finished_ms()]
             compile_limit = AdaptiveLimit(
                 spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
                 seen=seen)
@@ -595,8 +600,8 @@ class Session:
                                 on_snapshot=snapshot,
                                 observers=[progress, *request.observers],
                                 compile_limit=compile_limit,
-                                on_compilers_up=self.prestart.stop_compiling
-                                if self.prestart else lambda: None, kinds=placement.kinds,
+                                on_compilers_up=lambda: self._early_compiles_end(
+                                    compile_limit), kinds=placement.kinds,
                                 feed=feed)
                 try:
                     ending = driver.run()

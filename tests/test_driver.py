@@ -347,6 +347,19 @@ def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
     assert calls == [1.0]  # at the first trial that began, and only then
 
 
+def test_what_the_early_pool_compiled_teaches_the_compile_limit_once_the_pools_are_up():
+    # Workers find the early pool's binaries in Triton's cache (compiles of ms): only the
+    # early pool's own times can teach the limit, and they reach running compiles at once.
+    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+
+    limit = AdaptiveLimit(60.0, adaptive=True)
+    rt = FakeRuntime(order=lambda trials: trials, trial=lambda *_: Ok(compile_ms=2.0))
+    driver, _, _ = make(6, rt, limits=ANNOUNCED, workers=1, compile_limit=limit,
+                        on_compilers_up=lambda: limit.observe_compiles([1500.0] * MIN_COMPILES))
+    assert driver.run() == "complete"
+    assert [(w, round(lim.seconds, 1)) for w, lim in rt.pushed] == [("w1", 12.0)]
+
+
 def test_a_death_whose_start_message_was_lost_still_makes_a_suspect_and_ends_crashed():
     # Trial 1 kills its worker before its start is announced, every time: without a
     # suspect it would go round forever.
