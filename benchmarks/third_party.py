@@ -592,7 +592,7 @@ def targets(cases: dict[str, Any]) -> dict[str, Any]:
             "note": "liger: what Liger's rms_norm_forward launches for 65536x4096 (its "
                     "one-row kernel, _rms_norm_forward_kernel); liger_block: the block "
                     "kernel at Liger's settings (BLOCK_ROW 16), the comparison of "
-                    "shared/third-party/compare_with_liger.py"},
+                    "the comparison made when the issue was filed"},
     }
 
 

@@ -92,8 +92,8 @@ KERNEL = Kernel(
 
 def liger_block_config(problem: Problem) -> dict[str, Any]:
     """This kernel at the settings Liger gives it when it launches it: calculate_settings'
-    BLOCK_SIZE and num_warps, BLOCK_ROW 16 (the comparison of
-    /work/shared/third-party/compare_with_liger.py)."""
+    BLOCK_SIZE and num_warps, BLOCK_ROW 16 (the comparison made
+    when the issue was filed)."""
     block, warps = calculate_settings(problem["n_cols"])
     return {"BLOCK_SIZE": block, "BLOCK_ROW": 16, "num_warps": warps}
 
