@@ -41,11 +41,13 @@ from actors import child
 # In the fork server and its children: torch.cuda.is_available() asks NVML rather than
 # CUDA, which once initialised does not survive a fork (torch's "poison fork").
 FORK_SAFE_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-# A compile process not up by then has failed to start: a fork sets up CUDA and the
-# kernel's inputs, a process of its own imports torch and the kernel first.
+# A process of its own not up by then has failed to start (it imports torch and the
+# kernel first).
 START_LIMIT_S = 120.0
-# Failed starts in a row, with none up meanwhile, after which the pool stays down.
+# Failed starts in a row, with none up meanwhile, after which a slot stays empty (and
+# the pool is down once none is up).
 MAX_FAILED_STARTS = 3
+NOTICE_CHARS = 300  # the longest reason a notice quotes
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,8 @@ class CompilePool:
                 else:
                     self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
                     p.task = None
-            elif not p.ready and time.monotonic() - p.since > START_LIMIT_S:
+            elif not p.ready and not p.forked and time.monotonic() - p.since > START_LIMIT_S:
+                # (Not a fork: its clock would count the fork server's own imports.)
                 self._failed_start(i, f"it was not up within {START_LIMIT_S:g} s")
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
                 self._replace(i, self.limit.why(time.monotonic() - p.since), True)
@@ -334,10 +337,12 @@ class CompilePool:
     def _failed_start(self, i: int, why: str) -> None:
         """A process that could not start. A fork's failure is the fork server's state (a
         kernel whose import set up CUDA there): from then on processes start on their own.
-        Otherwise, after MAX_FAILED_STARTS in a row the pool stays down: its worker
-        compiles configs itself, as it does before the pool is up."""
+        Otherwise it is started again, up to MAX_FAILED_STARTS in a row; then its slot
+        stays empty while other processes work, and with none up the pool is down: its
+        worker compiles configs itself, as it does before the pool is up."""
         p = self._procs[i]
         assert p is not None
+        why = why if len(why) <= NOTICE_CHARS else why[:NOTICE_CHARS - 1] + "…"
         child.kill(p.child)
         if p.forked and self._forking and self._unforked:
             self._forking = False
@@ -348,21 +353,40 @@ class CompilePool:
             for k, other in enumerate(self._procs):  # forks still starting will fail alike
                 if other is not None and other.forked and not other.ready and k != i:
                     child.kill(other.child)
-                    self._procs[k] = self._start(k)
-            self._procs[i] = self._start(i)
+                    self._restart(k, why)
+            self._restart(i, why)
             return
         self._failed_starts += 1
         if self._failed_starts < MAX_FAILED_STARTS and (self._unforked or not p.forked):
-            self._procs[i] = self._start(i)
+            self._restart(i, why)
             return
+        self._procs[i] = None
+        if any(other is not None and other.ready for other in self._procs):
+            return  # the others go on; this slot stays empty
         self._down = why
         self._notices.append(f"compile processes cannot start ({why}); this worker compiles "
                              "each config itself before timing it")
         for k, other in enumerate(self._procs):
             if other is not None:
+                if other.task is not None:  # given back: its worker compiles it now
+                    self._queue.appendleft(other.task)
                 child.kill(other.child)
             self._procs[k] = None
         self._hints.clear()
+
+    def _restart(self, i: int, why: str) -> None:
+        """A new process in slot i; one that cannot even be started (no processes or
+        memory left) counts as a failed start."""
+        try:
+            self._procs[i] = self._start(i)
+        except OSError as e:
+            self._procs[i] = None
+            self._failed_starts += 1
+            if not any(p is not None for p in self._procs):
+                self._down = f"{why}; then {e.strerror or e}"
+                self._notices.append(f"compile processes cannot start ({self._down}); this "
+                                     "worker compiles each config itself before timing it")
+                self._hints.clear()
 
     def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
         key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order
@@ -382,7 +406,7 @@ class CompilePool:
                 ms = (time.monotonic() - p.since) * 1e3
                 self._done[key] = Compiled(False, ms, why, timed_out=timed_out)
         child.kill(p.child)
-        self._procs[i] = self._start(i)
+        self._restart(i, why)
 
     def close(self) -> None:
         with self._lock:

@@ -88,6 +88,9 @@ class WorkerError(RuntimeError):
 
 WorkerMessage = BatchStarted | TrialStarted | Note | Finished
 MAX_CHUNK = 4096  # messages a batch's stream sends at once
+# Before its pool is up, a worker holding only heavy configs waits this long for it, then
+# compiles one itself (a pool slow to start must not leave the device idle for ever).
+HEAVY_WAIT_S = 30.0
 LINGER_S = 0.02  # how long a fast stream of records waits to send more at once
 FAST_S = 0.002  # a stream is fast while its lists go out at most this far apart
 
@@ -234,6 +237,7 @@ class TrialWorker:
         # Every config's compile weight it was sent: which count as light, before the
         # pool is up (see _next).
         self._weights: list[float] = []
+        self._light = 0.0  # their median
         threading.Thread(target=self._runner, name="trial-runner", daemon=True).start()
 
     def info(self) -> dict[str, Any]:
@@ -260,6 +264,7 @@ class TrialWorker:
             for index, config, _ in trials:
                 self.pool.submit(index, config)
             self._weights += [compile_weight(config) for _, config, _ in trials]
+            self._light = statistics.median_low(self._weights)
             for index, config in ahead:
                 self.pool.hint(index, config)
         with self._changed:
@@ -320,6 +325,7 @@ class TrialWorker:
     def _next(self) -> tuple[_Held, tuple[int, dict[str, Any], int], Compiled | None]:
         """The trial to run next: in order without a pool; with one, the first held config
         (oldest batch first) whose compile has finished (None: not compiled ahead)."""
+        idle_since: float | None = None  # since when nothing it holds could run
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: bool(self._held))
@@ -341,13 +347,15 @@ class TrialWorker:
                 # limit stops it. Once the pool is down, every config is compiled here.
                 configs = {t[0]: t[1] for h in held_now for t in h.trials}
                 weight = {k: compile_weight(configs[k]) for k in keys}
-                light = statistics.median_low(self._weights)
+                waited = time.monotonic() - (idle_since or time.monotonic())
+                any_weight = self.pool.down() or waited >= HEAVY_WAIT_S
                 quickest = sorted(keys, key=weight.__getitem__)
-                key = next((k for k in quickest if (weight[k] <= light or self.pool.down())
+                key = next((k for k in quickest if (weight[k] <= self._light or any_weight)
                             and self.pool.withdraw(k)), None)
                 if key is not None:
                     got = key, None
             if got is None:
+                idle_since = idle_since or time.monotonic()
                 self.pool.wait(0.05)
                 continue
             key, compiled = got

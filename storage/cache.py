@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import metadata
@@ -65,6 +66,15 @@ class CacheEntry:
     # Their declared fingerprints (known before the kernel is imported): whether to look
     # here at all before Ray starts.
     declared: tuple[str, ...] = ()
+    # The host whose disk run_dir is on ("": not recorded, written before hosts were).
+    host: str = ""
+
+    @property
+    def run_gone(self) -> bool:
+        """Whether the run its best came from is certainly gone: its directory is missing
+        on the host that wrote it (another host's disk says nothing here)."""
+        return (not self.host or self.host == socket.gethostname()) and \
+            not Path(self.run_dir).is_dir()
 
     @property
     def key(self) -> str:
@@ -122,7 +132,7 @@ def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path
         # A complete run's best replaces one whose run directory is gone whatever the
         # latency: an answer must name a run the user can still inspect.
         kept = entry if held is None or entry.better_than(held) or \
-            (not entry.partial and not Path(held.run_dir).is_dir()) else held
+            (not entry.partial and held.run_gone) else held
         kept = replace(kept, runs=merged("runs"), declared=merged("declared"))
         if kept != held:
             write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 
 from actors.child import error_line
 from actors.compile_pool import CompileLimit
@@ -109,6 +115,10 @@ def why_dead(e: RayError) -> str:
             not isinstance(cause, RayError):
         return _line(f"it raised {error_line(cause)}")
     text = getattr(e, "error_msg", None) or str(e)
+    if isinstance(e, ActorUnavailableError):  # its process or node stopped answering
+        rpc = re.search(r"(RpcError: .*?)(?:\. The task|$)", text, re.S)
+        return _line("its process stopped answering (its node lost, or the process gone"
+                     + (f"; {rpc.group(1)})" if rpc else ")"))
     if isinstance(e, RayActorError) and e.actor_init_failed:
         raised = [line.strip() for line in text.splitlines()
                   if re.match(r"\s*[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line)]

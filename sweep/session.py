@@ -8,10 +8,12 @@ the end; a signal at any point from start-up to the final write ends in a clean 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -369,6 +371,11 @@ class Session:
             if limit is not None:
                 limit.observe_compiles(took)
 
+    def _note_gone(self, gone: list[cache.CacheEntry],
+                   devices: list[tuple[str, dict[str, str]]]) -> None:
+        """Entries that would have answered on these devices but for their run, gone."""
+        self.gone += [e for e in gone if e not in self.gone and cache.answering([e], devices)]
+
     def _spec_refused(self) -> None:
         """Raise the spec's mistake that importing the kernel found, if it has."""
         if _failed(self.full_spec):
@@ -440,7 +447,7 @@ class Session:
                     partial=partial, written_at=time.time(),
                     versions=versions.get(best.device) or here,
                     fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
-                    declared=(spec.declared_fingerprint,)))
+                    declared=(spec.declared_fingerprint,), host=socket.gethostname()))
                 if kept.run_dir != str(self.path.resolve()):
                     say(err, f"the best-config cache keeps its entry from {kept.run_dir}"
                              f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
@@ -454,14 +461,16 @@ class Session:
         fingerprint) completed on each before, with these torch and Triton versions; else
         nothing. Simulate and replay runs measure this tool, not a kernel: they always
         run."""
-        candidates = _candidates(self.spec, backend, self.gone)
-        if not candidates:
+        gone: list[cache.CacheEntry] = []
+        candidates = _candidates(self.spec, backend, gone)
+        if not candidates and not gone:
             return []
         if backend == "interpret":
             devices: list[tuple[str, dict[str, str]]] | None = \
                 [("cpu-interpreter", cache.library_versions())]
         else:  # only now, with an answer likely: it starts a process on a GPU
             devices = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
+        self._note_gone(gone, devices or [])
         return cache.answering(candidates, devices or [])
 
     def _answered_before_ray(self, address: str | None) -> list[cache.CacheEntry]:
@@ -480,8 +489,9 @@ class Session:
         full = self.full_spec.result()
         backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
         here = cache.library_versions()  # the workers' too: this machine, this Python
-        hits = cache.answering(_candidates(full, backend, self.gone),
-                               [(d, here) for d in devices])
+        gone: list[cache.CacheEntry] = []
+        hits = cache.answering(_candidates(full, backend, gone), [(d, here) for d in devices])
+        self._note_gone(gone, [(d, here) for d in devices])
         if hits:
             self.spec = full
         return hits
@@ -872,23 +882,32 @@ def _in_background(call: Callable[[], Spec]) -> Future[Spec]:
 
 def _move_aside(run: RunDir) -> Path:
     """Move every file of the run in `run.path` (its lock aside, which this session holds)
-    into a new sibling directory named for the moment, run.json last: a run cut short
-    mid-move leaves run.json, and so the run, where it was."""
+    into a new sibling directory named for the moment; one cut short midway is moved back.
+    run.json goes last, so that even a kill midway leaves the run's record where it was."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     aside = run.path.with_name(f"{run.path.name}.replaced-{stamp}")
     n = 1
     while aside.exists():
         n += 1
         aside = run.path.with_name(f"{run.path.name}.replaced-{stamp}-{n}")
+    moved: list[str] = []
     try:
         aside.mkdir()
         names = sorted((p.name for p in run.path.iterdir() if p.name != LOCK_NAME),
                        key=lambda name: name == rundir.META)
         for name in names:
             os.rename(run.path / name, aside / name)
-    except OSError as e:
-        raise SpecError(f"--force: cannot move the run in {run.path} aside to {aside} "
-                        f"({e.strerror or e}); nothing was removed") from None
+            moved.append(name)
+    except BaseException as e:  # a failure or a Ctrl+C midway: the run goes back whole
+        for name in reversed(moved):
+            with contextlib.suppress(OSError):
+                os.rename(aside / name, run.path / name)
+        with contextlib.suppress(OSError):
+            aside.rmdir()
+        if isinstance(e, OSError):
+            raise SpecError(f"--force: cannot move the run in {run.path} aside to {aside} "
+                            f"({e.strerror or e}); it is where it was") from None
+        raise
     return aside
 
 
@@ -953,7 +972,7 @@ def _candidates(spec: Spec, backend: str, gone: list[cache.CacheEntry] | None = 
     found = [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
                                      spec.fixed_as_written)
              if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
-    here = [e for e in found if Path(e.run_dir).is_dir()]
+    here = [e for e in found if not e.run_gone]
     if gone is not None:
         gone += [e for e in found if e not in here and e not in gone]
     return here
