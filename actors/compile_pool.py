@@ -361,18 +361,8 @@ class CompilePool:
             self._restart(i, why)
             return
         self._procs[i] = None
-        if any(other is not None and other.ready for other in self._procs):
-            return  # the others go on; this slot stays empty
-        self._down = why
-        self._notices.append(f"compile processes cannot start ({why}); this worker compiles "
-                             "each config itself before timing it")
-        for k, other in enumerate(self._procs):
-            if other is not None:
-                if other.task is not None:  # given back: its worker compiles it now
-                    self._queue.appendleft(other.task)
-                child.kill(other.child)
-            self._procs[k] = None
-        self._hints.clear()
+        if not any(other is not None and other.ready for other in self._procs):
+            self._go_down(why)  # else the others go on; this slot stays empty
 
     def _restart(self, i: int, why: str) -> None:
         """A new process in slot i; one that cannot even be started (no processes or
@@ -383,10 +373,21 @@ class CompilePool:
             self._procs[i] = None
             self._failed_starts += 1
             if not any(p is not None for p in self._procs):
-                self._down = f"{why}; then {e.strerror or e}"
-                self._notices.append(f"compile processes cannot start ({self._down}); this "
-                                     "worker compiles each config itself before timing it")
-                self._hints.clear()
+                self._go_down(f"{why}; then {e.strerror or e}")
+
+    def _go_down(self, why: str) -> None:
+        """No process can start: the pool stays down, and what its processes were
+        compiling goes back to the queue, which its worker compiles from itself."""
+        self._down = why
+        self._notices.append(f"compile processes cannot start ({why}); this worker compiles "
+                             "each config itself before timing it")
+        for k, other in enumerate(self._procs):
+            if other is not None:
+                if other.task is not None:
+                    self._queue.appendleft(other.task)
+                child.kill(other.child)
+            self._procs[k] = None
+        self._hints.clear()
 
     def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
         key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order

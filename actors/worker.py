@@ -237,7 +237,7 @@ class TrialWorker:
         # Every config's compile weight it was sent: which count as light, before the
         # pool is up (see _next).
         self._weights: list[float] = []
-        self._light = 0.0  # their median
+        self._light = (0, 0.0)  # (of how many weights, their median)
         threading.Thread(target=self._runner, name="trial-runner", daemon=True).start()
 
     def info(self) -> dict[str, Any]:
@@ -264,7 +264,6 @@ class TrialWorker:
             for index, config, _ in trials:
                 self.pool.submit(index, config)
             self._weights += [compile_weight(config) for _, config, _ in trials]
-            self._light = statistics.median_low(self._weights)
             for index, config in ahead:
                 self.pool.hint(index, config)
         with self._changed:
@@ -350,7 +349,8 @@ class TrialWorker:
                 waited = time.monotonic() - (idle_since or time.monotonic())
                 any_weight = self.pool.down() or waited >= HEAVY_WAIT_S
                 quickest = sorted(keys, key=weight.__getitem__)
-                key = next((k for k in quickest if (weight[k] <= self._light or any_weight)
+                light = self._light_weight()
+                key = next((k for k in quickest if (weight[k] <= light or any_weight)
                             and self.pool.withdraw(k)), None)
                 if key is not None:
                     got = key, None
@@ -363,6 +363,12 @@ class TrialWorker:
                 for i, trial in enumerate(held.trials):
                     if trial[0] == key:
                         return held, self._take(held, i), compiled
+
+    def _light_weight(self) -> float:
+        """The median compile weight of the configs it was sent (kept until more come)."""
+        if self._light[0] != len(self._weights):
+            self._light = (len(self._weights), statistics.median_low(self._weights))
+        return self._light[1]
 
     def _take(self, held: _Held, position: int) -> tuple[int, dict[str, Any], int]:
         with self._changed:

@@ -68,7 +68,7 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
     found = lookup(spec.kernel, spec.kernel_source, spec.problem, spec.fixed_as_written)
     entries = [{"device": e.device, "backend": e.backend, "config": dict(e.config),
                 "latency_ms": e.latency_ms, "partial": e.partial, "run_dir": e.run_dir,
-                "run_dir_exists": Path(e.run_dir).is_dir(),
+                "run_dir_gone": e.run_gone,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.written_at)),
                 "versions": dict(e.versions), "fingerprint": e.fingerprint,
                 "file": str(cache_dir() / f"{e.key}.json")}

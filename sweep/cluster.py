@@ -127,12 +127,11 @@ def _started_here() -> str | None:
     and something listens there: a cluster that was killed leaves its record behind, and
     one another user started on a shared host is theirs (see not_joined)."""
     path = _address_file()
+    if _record_owner(path) != os.getuid():
+        return None
     try:
         found = path.read_text().strip()
-        owner = path.stat().st_uid
     except OSError:
-        return None
-    if owner != os.getuid():
         return None
     host, _, port = found.rpartition(":")
     try:
@@ -148,17 +147,22 @@ def _address_file() -> Path:
     return Path(locate(None)) if locate else Path("/tmp/ray/ray_current_cluster")
 
 
+def _record_owner(path: Path) -> int | None:
+    """The user who wrote Ray's record of a cluster started here, if there is one."""
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
 def not_joined(address: str | None) -> str | None:
     """Why a run without an address starts a private Ray although `ray start` left a
     cluster's record on this machine: another user started it. None otherwise."""
     if address or os.environ.get("RAY_ADDRESS"):
         return None
     path = _address_file()
-    try:
-        owner = path.stat().st_uid
-    except OSError:
-        return None
-    if owner == os.getuid():
+    owner = _record_owner(path)
+    if owner is None or owner == os.getuid():
         return None
     try:
         import pwd

@@ -38,7 +38,7 @@ from storage.journal import (
     read_attempts,
 )
 from storage.lock import LOCK_NAME, RunDirLock
-from storage.records import PRUNED, TrialRecord
+from storage.records import PRUNED, TrialRecord, canonical_json
 from storage.snapshot import (
     Best,
     SnapshotError,
@@ -371,10 +371,16 @@ class Session:
             if limit is not None:
                 limit.observe_compiles(took)
 
-    def _note_gone(self, gone: list[cache.CacheEntry],
-                   devices: list[tuple[str, dict[str, str]]]) -> None:
-        """Entries that would have answered on these devices but for their run, gone."""
-        self.gone += [e for e in gone if e not in self.gone and cache.answering([e], devices)]
+    def _answering(self, candidates: list[cache.CacheEntry],
+                   devices: list[tuple[str, dict[str, str]]]) -> list[cache.CacheEntry]:
+        """cache.answering among the candidates whose run is still there: an answer names
+        where its best came from, and with that gone there is nothing to inspect, so the
+        sweep runs again. Those that would have answered but for that are kept in gone,
+        for the run to say so."""
+        here = [e for e in candidates if not e.run_gone]
+        self.gone += [e for e in candidates if e.run_gone and e not in self.gone
+                      and cache.answering([e], devices)]
+        return cache.answering(here, devices)
 
     def _spec_refused(self) -> None:
         """Raise the spec's mistake that importing the kernel found, if it has."""
@@ -461,17 +467,15 @@ class Session:
         fingerprint) completed on each before, with these torch and Triton versions; else
         nothing. Simulate and replay runs measure this tool, not a kernel: they always
         run."""
-        gone: list[cache.CacheEntry] = []
-        candidates = _candidates(self.spec, backend, gone)
-        if not candidates and not gone:
+        candidates = _candidates(self.spec, backend)
+        if not candidates:
             return []
         if backend == "interpret":
             devices: list[tuple[str, dict[str, str]]] | None = \
                 [("cpu-interpreter", cache.library_versions())]
         else:  # only now, with an answer likely: it starts a process on a GPU
             devices = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
-        self._note_gone(gone, devices or [])
-        return cache.answering(candidates, devices or [])
+        return self._answering(candidates, devices or [])
 
     def _answered_before_ray(self, address: str | None) -> list[cache.CacheEntry]:
         """The cache's answer before Ray starts (seconds sooner), where this machine alone
@@ -489,9 +493,7 @@ class Session:
         full = self.full_spec.result()
         backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
         here = cache.library_versions()  # the workers' too: this machine, this Python
-        gone: list[cache.CacheEntry] = []
-        hits = cache.answering(_candidates(full, backend, gone), [(d, here) for d in devices])
-        self._note_gone(gone, [(d, here) for d in devices])
+        hits = self._answering(_candidates(full, backend), [(d, here) for d in devices])
         if hits:
             self.spec = full
         return hits
@@ -547,12 +549,10 @@ class Session:
             if search is None:
                 todo = self._full_order() if len(todo) == len(self.space) \
                     else compile_order(self.space, todo)
-            seen: list[tuple[str, float | None]] = list(zip(
-                loaded.records.column("status").to_pylist(),
-                loaded.records.column("compile_ms").to_pylist())) if loaded else []
             compile_limit = AdaptiveLimit(
                 spec.run.compile_limit_s, adaptive=spec.run.compile_timeout_s == "auto",
-                seen=seen)
+                seen=zip(loaded.records.column("status").to_pylist(),
+                         loaded.records.column("compile_ms").to_pylist()) if loaded else ())
             if self.retry:  # what a limit stopped is given the trial timeout this time
                 compile_limit = AdaptiveLimit(spec.run.trial_timeout_s, adaptive=False)
         settings = replace(
@@ -960,22 +960,14 @@ def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:
     return int(min(1024, max(1, TARGET_BATCH_S / per_trial_s)))
 
 
-def _candidates(spec: Spec, backend: str, gone: list[cache.CacheEntry] | None = None
-                ) -> list[cache.CacheEntry]:
-    """Cache entries that this very sweep (its fingerprint) completed on some device, and
-    whose best's run directory is still there: an answer names where its best came from,
-    and with that gone there is nothing to inspect, so the sweep runs again. gone: gets
-    the entries left out for that. Simulate and replay runs measure this tool, not a
-    kernel: nothing answers them."""
+def _candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
+    """Cache entries that this very sweep (its fingerprint) completed on some device.
+    Simulate and replay runs measure this tool, not a kernel: nothing answers them."""
     if backend not in ("interpret", "cuda"):
         return []
-    found = [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
-                                     spec.fixed_as_written)
-             if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
-    here = [e for e in found if not e.run_gone]
-    if gone is not None:
-        gone += [e for e in found if e not in here and e not in gone]
-    return here
+    return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
+                                    spec.fixed_as_written)
+            if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
 
 
 def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
@@ -1008,8 +1000,7 @@ def _distinct_programs(leaders: list[Best], options: list[str]) -> list[Best]:
     seen: set[str] = set()
     kept = []
     for best in leaders:
-        key = json.dumps({k: v for k, v in best.config.items() if k not in options},
-                         sort_keys=True)
+        key = canonical_json({k: v for k, v in best.config.items() if k not in options})
         if key not in seen:
             seen.add(key)
             kept.append(best)
