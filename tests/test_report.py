@@ -83,6 +83,19 @@ def _chromium():
     pytest.skip("no chromium/chromedriver here (.ci/run installs them)")
 
 
+def _redrawn() -> tuple[type[Exception], ...]:
+    """A row read while the page redraws the table (its filter is debounced) is stale: a
+    wait reads it again rather than fail."""
+    try:
+        from selenium.common.exceptions import StaleElementReferenceException
+    except ImportError:
+        return ()
+    return (StaleElementReferenceException,)
+
+
+REDRAWN = _redrawn()
+
+
 @pytest.fixture(scope="module")
 def browser():
     binary, driver_path = _chromium()
@@ -108,7 +121,7 @@ def test_the_html_report_renders_in_chromium_and_sorts_the_winner_first(quicksta
     best = json.loads((quickstart / "run" / "best.json").read_text())
     table = pq.read_table(quickstart / "run" / "trials.parquet").to_pylist()
     browser.get((quickstart / "report.html").as_uri())
-    WebDriverWait(browser, 30).until(
+    WebDriverWait(browser, 30, ignored_exceptions=REDRAWN).until(
         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == []
@@ -135,7 +148,7 @@ def test_the_html_report_renders_in_chromium_and_sorts_the_winner_first(quicksta
     browser.find_element(By.ID, "filter").send_keys("power of 2")  # the errors' text
     failed = [r["index"] for r in table if "power of 2" in (r["error"] or "")]
     assert failed and len(failed) < len(table)
-    WebDriverWait(browser, 10).until(lambda d: shown() == failed)
+    WebDriverWait(browser, 10, ignored_exceptions=REDRAWN).until(lambda d: shown() == failed)
 
     # The heatmap follows the parameters picked, either way round: rows BLOCK_M, columns
     # BLOCK_K (the record holds them the other way), each cell the best latency there.
@@ -172,7 +185,7 @@ def test_text_from_a_run_stays_text_in_the_html_report(tmp_path, browser):
     path = write_run(tmp_path, name="@@DATA@@ <b>bold</b>", errors={2: hostile})
     write_html(analyse(path), tmp_path / "r.html")
     browser.get((tmp_path / "r.html").as_uri())
-    WebDriverWait(browser, 30).until(
+    WebDriverWait(browser, 30, ignored_exceptions=REDRAWN).until(
         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
     assert browser.find_element(By.TAG_NAME, "h1").text == "sweep report: @@DATA@@ <b>bold</b>"
     rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
@@ -295,7 +308,7 @@ def _open(browser, page):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(page.as_uri())
-    WebDriverWait(browser, 30).until(
+    WebDriverWait(browser, 30, ignored_exceptions=REDRAWN).until(
         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 4)
 
 
