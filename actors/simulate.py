@@ -65,6 +65,9 @@ class SimulatedBackend:
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         """Simulated latencies carry no noise: re-timing gives them back unchanged. There
-        is no torch baseline to time."""
+        is no torch baseline to time. Each round takes a trial's time, as the driver
+        budgets a real one (a stop can land while it runs)."""
+        if self.trial_ms > 0:
+            time.sleep(self.trial_ms * max(1, rounds) / 1e3)
         return Retimed([Timing(self.latency_ms(c), self.latency_ms(c), self.latency_ms(c))
                         for c in configs])

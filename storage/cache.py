@@ -16,13 +16,14 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
+from storage.readback import ReadBackError, finite, read_json, scalar
 from storage.records import canonical_json
 
 
@@ -100,26 +101,71 @@ def entry_key(kernel: str, kernel_source: str, problem: Mapping[str, Any], backe
 
 
 def read(path: Path) -> CacheEntry | None:
-    """An entry, or None for a damaged or foreign file: a cache miss, never an error."""
+    """An entry, or None for a damaged or foreign file (a special file, one too large, a
+    field of the wrong type or range, a name its contents do not hash to): a cache miss,
+    never an error."""
     try:
-        doc = json.loads(path.read_text())
-        names = {f.name for f in fields(CacheEntry)}
-        if not isinstance(doc, dict):
-            return None
-        # Fields a later version added are left out (and lost if this one rewrites it).
-        known = {k: v for k, v in doc.items() if k in names}
-        entry = CacheEntry(**{**known, "runs": tuple(known.get("runs", ())),
-                              "declared": tuple(known.get("declared", ()))})
-        return entry if path.stem == entry.key else None
-    except (OSError, ValueError, TypeError):
+        doc = read_json(path, ENTRY_LIMIT)
+    except OSError:  # a race with a writer's rename, or gone
         return None
+    except ReadBackError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    # Fields a later version added are left out (and lost if this one rewrites it).
+    known = {k: v for k, v in doc.items() if k in _FIELDS}
+    if set(_REQUIRED) - set(known) or not all(check(known[k]) for k, check in
+                                              _CHECKS.items() if k in known):
+        return None
+    entry = CacheEntry(**{**known, "runs": tuple(known.get("runs", ())),
+                          "declared": tuple(known.get("declared", ()))})
+    return entry if path.stem == entry.key else None
 
 
-def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path]:
+# A cache entry is a few kilobytes; its `runs` grow by one fingerprint a sweep.
+ENTRY_LIMIT = 4 * 2**20
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _mapping_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(isinstance(k, str) and check(x)
+                                                 for k, x in v.items())
+
+
+def _fixed_value(v: Any) -> bool:
+    return scalar(v) or v is None or (isinstance(v, list) and all(map(_fixed_value, v)))
+
+
+_FIELDS = {f.name for f in fields(CacheEntry)}
+_REQUIRED = ("kernel", "kernel_source", "problem", "backend", "device", "config",
+             "latency_ms", "fingerprint", "run_dir", "partial", "written_at")
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "kernel": _text, "kernel_source": _text, "backend": _text, "device": _text,
+    "fingerprint": _text, "run_dir": _text, "host": _text,
+    "problem": _mapping_of(_fixed_value), "fixed": _mapping_of(_fixed_value),
+    "config": lambda v: _mapping_of(scalar)(v) and bool(v),
+    "versions": _mapping_of(_text),
+    "latency_ms": lambda v: finite(v, low=0.0) and v > 0,
+    "partial": lambda v: isinstance(v, bool),
+    # Seconds since 1970, up to the year 5000: a time strftime can print.
+    "written_at": lambda v: finite(v, low=0.0, high=1e11),
+    "runs": _texts, "declared": _texts,
+}
+
+
+def store(entry: CacheEntry, root: Path | None = None,
+          unfit: Callable[[CacheEntry], bool] | None = None) -> tuple[CacheEntry, Path]:
     """Keep the better of entry and the one its key holds (a complete entry replaces one
-    whose run directory is gone), with the complete sweeps of both (a partial entry's are
-    not counted). Returns the entry the cache keeps and its file.
-    Runs that finish together are serialised by a lock."""
+    whose run directory is gone, or that unfit says cannot answer entry's sweep), with the
+    complete sweeps of both (a partial entry's are not counted). Returns the entry the
+    cache keeps and its file. Runs that finish together are serialised by a lock."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{entry.key}.json"
@@ -132,7 +178,8 @@ def store(entry: CacheEntry, root: Path | None = None) -> tuple[CacheEntry, Path
         # A complete run's best replaces one whose run directory is gone whatever the
         # latency: an answer must name a run the user can still inspect.
         kept = entry if held is None or entry.better_than(held) or \
-            (not entry.partial and held.run_gone) else held
+            (not entry.partial and (held.run_gone or (unfit is not None and unfit(held)))) \
+            else held
         kept = replace(kept, runs=merged("runs"), declared=merged("declared"))
         if kept != held:
             write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())

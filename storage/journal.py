@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,7 @@ from storage.lines import (
     check_run,
     encode,
 )
+from storage.readback import ReadBackError, open_regular
 from storage.records import (
     MAX_ERROR_CHARS,
     STATUSES,
@@ -60,6 +61,15 @@ MARK_WINDOW = 1 << 20  # line_mark hashes at most this much of a (pathologically
 class JournalError(Exception):
     """A complete line of the journal (or a row read before it) is not a record of this
     run: "<path>: line N: <what is wrong>"."""
+
+
+def _open_read(path: Path) -> BinaryIO:
+    """A journal or attempt log, opened to read only if it is a regular file: a FIFO or a
+    device standing in its place is damage, never a hang."""
+    try:
+        return os.fdopen(open_regular(path), "rb")
+    except ReadBackError as e:
+        raise JournalError(str(e)) from None
 
 
 class JournalWriteError(OSError):
@@ -183,7 +193,7 @@ def line_mark(path: Path, end: int) -> str | None:
     taken from. Reads only that line (at most MARK_WINDOW bytes of it)."""
     if end <= 0 or not path.exists():
         return None
-    with open(path, "rb") as f:
+    with _open_read(path) as f:
         fd = f.fileno()
         if end > os.fstat(fd).st_size or os.pread(fd, 1, end - 1) != b"\n":
             return None
@@ -453,7 +463,7 @@ def read_journal(path: Path, check: RecordCheck, start: int = 0,
         parts.append(_checked_before(path, before, check, start))
     end = start  # where the complete lines read so far end
     if path.exists():
-        with open(path, "rb") as f:
+        with _open_read(path) as f:
             size = os.fstat(f.fileno()).st_size
             if start > size:
                 raise JournalError(f"{path}: holds {size} bytes, fewer than the {start} "
@@ -520,7 +530,7 @@ def _checked_lines(path: Path, data: bytes, n: int, check: RecordCheck,
 
 def _lines_before(path: Path, start: int) -> int:
     count = 0
-    with open(path, "rb") as f:
+    with _open_read(path) as f:
         while f.tell() < start:
             chunk = f.read(min(_CHUNK * 16, start - f.tell()))
             if not chunk:
@@ -550,7 +560,10 @@ def latest_per_index(table: pa.Table) -> pa.Table:
 def read_attempts(path: Path, check: RecordCheck) -> tuple[dict[int, int], dict[int, int]]:
     """(highest attempt spent, worker deaths) per index, from the attempt log. A complete
     line that is not an attempt event of this run is a JournalError naming it."""
-    raw = path.read_bytes() if path.exists() else b""
+    raw = b""
+    if path.exists():
+        with _open_read(path) as f:
+            raw = f.read()
     spent: dict[int, int] = {}
     deaths: dict[int, int] = {}
     for number, line in enumerate(raw[: raw.rfind(b"\n") + 1].split(b"\n")[:-1], start=1):

@@ -80,6 +80,37 @@ class RunDirLock:
             self.fd = -1
 
 
+def holder(directory: Path) -> str | None:
+    """Who holds the directory, judged without taking the lock (which would make a sweep
+    starting that moment fail): the holder its lock file names, if that process is alive
+    on this host or runs on another (whose processes this one cannot see). None when no
+    live holder is named."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW |
+                     os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        doc = json.loads(os.pread(fd, 4096, 0))
+        pid, host = doc["pid"], doc["host"]
+        if not isinstance(pid, int) or not isinstance(host, str) or pid <= 0:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, another user's
+    return _describe(doc)
+
+
 def _open(path: Path) -> tuple[int, bool]:
     """The lock file, and whether this call made it; never through a link, never another
     kind of file."""
@@ -109,8 +140,13 @@ def _write_holder(fd: int, command: str) -> None:
 
 def _read_holder(fd: int) -> str:
     try:
-        holder = json.loads(os.pread(fd, 4096, 0))
-        return (f"pid {holder['pid']} on {holder['host']} since {holder['since']}: "
-                f"{holder['command']}")
+        return _describe(json.loads(os.pread(fd, 4096, 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
+
+
+def _describe(holder: dict[str, object]) -> str:
+    text = f"pid {holder['pid']} on {holder['host']} since {holder['since']}: " \
+        f"{holder['command']}"
+    # Written by the lock's holder, shown on a terminal: no escapes reach it.
+    return "".join(c if c.isprintable() else "?" for c in text)

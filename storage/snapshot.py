@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from storage.atomic import write_bytes_atomically
+from storage.readback import ReadBackError, finite, printable, read_json, scalar
 from storage.records import canonical_json
 
 RunState = Literal["running", "interrupted", "complete", "failed"]
@@ -70,33 +71,82 @@ def write_snapshot(path: Path, snapshot: Snapshot) -> None:
 
 def read_snapshot(path: Path) -> Snapshot:
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
         body = doc["snapshot"]
         if doc["sha256"] != _checksum(body):
             raise SnapshotError(f"{path}: checksum mismatch (file damaged)")
-        best = Best(**body["best"]) if body["best"] is not None else None
+        best = _best(body["best"]) if body["best"] is not None else None
         # A snapshot from before `by_device` existed: its best was its one device's.
-        by_device = {d: Best(**b) for d, b in body["by_device"].items()} \
+        by_device = {d: _best(b) for d, b in body["by_device"].items()} \
             if "by_device" in body else {best.device: best} if best else {}
-        return Snapshot(**{**body, "best": best, "by_device": by_device})
+        snap = Snapshot(**{**body, "best": best, "by_device": by_device})
     except SnapshotError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+    except ReadBackError as e:
+        raise SnapshotError(f"{path}: unreadable ({e.why})") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    if snap.state not in ("running", "interrupted", "complete", "failed") or \
+            not isinstance(snap.fingerprint, str) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                    for v in (snap.total, snap.done, *snap.counts.values())):
+        raise SnapshotError(f"{path}: unreadable (a value of the wrong type or range)")
+    return snap
+
+
+def _best(doc: Any) -> Best:
+    """A Best as a file holds it, checked: what it names is handed to users' code."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"a best of {type(doc).__name__}, not a mapping")
+    best = Best(**doc)
+    if not _best_fields(best.config, best.index, best.latency_ms) or \
+            not _device_name(best.device):
+        raise ValueError("a best of the wrong type or range")
+    return best
+
+
+def _device_name(name: Any) -> bool:
+    """A device name as the table spells it: printable text, never a terminal's escape."""
+    return isinstance(name, str) and printable(name, len(name)) == name
+
+
+def _best_fields(config: Any, index: Any, latency_ms: Any) -> bool:
+    return isinstance(config, dict) and all(isinstance(k, str) and scalar(v)
+                                            for k, v in config.items()) and \
+        isinstance(index, int) and not isinstance(index, bool) and index >= 0 and \
+        finite(latency_ms, low=0.0)
 
 
 def read_best(path: Path, fingerprint: str) -> dict[str, Any] | None:
     """best.json as written for this run, or None if it is missing, damaged or another
     run's."""
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
     except (OSError, ValueError):
         return None
     # Files written before the newer keys existed are intact too.
     if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint or \
             not set(BEST_KEYS) - set(NEWER_BEST_KEYS) <= set(doc) <= set(BEST_KEYS):
         return None
-    return doc
+    return doc if _best_doc_intact(doc) else None
+
+
+def _best_doc_intact(doc: dict[str, Any]) -> bool:
+    """Each key of the type write_best gives it. No best is all four of config, index,
+    latency and device null (and no device's best): one null among values is damage."""
+    head = [doc[k] for k in ("config", "index", "latency_ms", "device")]
+    by_device = doc.get("by_device", {})
+    if not isinstance(doc["partial"], bool) or not isinstance(doc["finalists"], list) or \
+            not all(isinstance(f, dict) for f in doc["finalists"]) or \
+            not isinstance(by_device, dict) or not isinstance(doc.get("baseline", {}), dict):
+        return False
+    if all(v is None for v in head):
+        return not by_device
+    has_devices = bool(by_device) or "by_device" not in doc
+    return _best_fields(*head[:3]) and _device_name(head[3]) and has_devices and \
+        all(_device_name(d) and isinstance(b, dict) and
+            _best_fields(b.get("config"), b.get("index"), b.get("latency_ms"))
+            for d, b in by_device.items())
 
 
 BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists",

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.atomic import replace_atomically
+from storage.readback import ReadBackError, is_regular
 from storage.schema import RECORD_COLUMNS
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -76,6 +77,8 @@ def build_table(
 def records_from_table(path: Path | str) -> tuple[pa.Table, dict[str, str]]:
     """The record columns of a written table, in the journal's form, and its metadata:
     reading them back is far faster than re-parsing the journal they came from."""
+    if not is_regular(path):  # pyarrow would block on a FIFO
+        raise ReadBackError(path, "not a regular file")
     table = pq.read_table(path, columns=[c.name for c in RECORD_COLUMNS])
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     return pa.table({c.name: _from_table(table.column(c.name), c.type)

@@ -3,3 +3,8 @@
 # Exit codes of the `sweep` command; 128 + the signal number when a signal stopped it.
 # EXIT_NONE_WORKED: the run is complete, and no config succeeded.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NONE_WORKED = 0, 1, 2, 3
+
+
+class SweepFailed(Exception):
+    """A failure the tool saw that is no mistake of the input (Ray's local start that
+    failed): one line of its own, exit EXIT_FAILED."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.readback import is_regular
 from storage.records import PRUNED
 from sweep.report import ErrorGroup, common_errors
 
@@ -190,6 +191,8 @@ def analyse(path: Path) -> Analysis:
     if not run.trials.exists():
         raise SpecError(f"{path}: no trials.parquet yet (a run writes it every few seconds; "
                         "resume a stopped one to build it)")
+    if not is_regular(run.trials):  # pyarrow would block on a FIFO
+        raise SpecError(f"{run.trials}: not a regular file")
     try:
         table = pq.read_table(run.trials)
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}

@@ -10,6 +10,7 @@ once the run is written (snapshot, resumable), where the command would exit 130.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import tempfile
 import threading
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from sweep.constraints import clip_repr
 from sweep.observers import TrialCallback, TrialsJsonl
-from sweep.spec import SpecError
+from sweep.spec import BACKENDS, SpecError
 from sweep.stop import StopController
 
 if TYPE_CHECKING:
@@ -103,9 +105,18 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
     Raises SpecError (a ValueError) for bad input, with the CLI's one-line message, and
     KeyboardInterrupt after a Ctrl+C has stopped the run cleanly (resume it with
     `resume(run_dir)`)."""
+    if not isinstance(spec, Mapping):
+        _path(spec, "spec", "a spec file's path (a str or os.PathLike) or a mapping",
+              optional=False)
+    out_dir = _path(None if out == "" else out, "out")  # "": not given, as before
+    if backend is not None and backend not in BACKENDS:
+        raise SpecError(f"backend: expected one of {', '.join(BACKENDS)} or None, "
+                        f"got {clip_repr(backend)}")
+    _flag(force, "force")
+    _common(address, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet, stop)
     with _spec_file(spec) as (path, shown):
         return _call(lambda request, stop, o, e, t0: invoke(
-            "run", path, request, stop, o, e, t0, out_dir=Path(out) if out else None,
+            "run", path, request, stop, o, e, t0, out_dir=out_dir,
             backend=backend, label="sweep.api.run()"),
             _request(address, max_trials, time_budget_s, cache_partial, force, on_trial,
                      trials_jsonl),
@@ -122,10 +133,17 @@ def resume(run_dir: str | Path, *, address: str | None = None,
     run again, as `sweep resume --retry` ("timeout,crashed" or ["timeout", "crashed"])."""
     from sweep.cli import retry_statuses
 
-    text = retry if isinstance(retry, str) else ",".join(retry)
+    path = _required_path(run_dir, "run_dir")
+    _common(address, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet, stop)
+    if not isinstance(retry, str) and not (
+            isinstance(retry, (list, tuple, set, frozenset))
+            and all(isinstance(s, str) for s in retry)):
+        raise SpecError("retry: expected statuses as \"timeout,crashed\" or a list of "
+                        f"strings, got {clip_repr(retry)}")
+    text = retry if isinstance(retry, str) else ",".join(sorted(retry))
     statuses = retry_statuses(text, "retry") if text else frozenset()
     return _call(lambda request, stop, o, e, t0: invoke(
-        "resume", Path(run_dir), request, stop, o, e, t0, retry=statuses,
+        "resume", path, request, stop, o, e, t0, retry=statuses,
         label="sweep.api.resume()"),
         _request(address, max_trials, time_budget_s, cache_partial, False, on_trial,
                  trials_jsonl), quiet, stop)
@@ -135,7 +153,7 @@ def load(run_dir: str | Path) -> SweepResult:
     """The result of a run directory as it stands (a finished, stopped or running run)."""
     from sweep.rundir import RunDir
 
-    path = Path(run_dir)
+    path = _required_path(run_dir, "run_dir")
     if not RunDir(path).meta.exists():
         raise SpecError(f"{path}: not a sweep run directory (no run.json)")
     return _from_run_dir(path, None, None, 0.0)
@@ -168,7 +186,8 @@ def observers(on_trial: Callable[[dict[str, Any]], object] | None,
     kwargs = {"report": report} if report else {}
     if on_trial is not None:
         if not callable(on_trial):
-            raise SpecError(f"on_trial: expected a callable, got {type(on_trial).__name__}")
+            raise SpecError(f"on_trial: expected a callable or None, "
+                            f"got {clip_repr(on_trial)}")
         found.append(TrialCallback(on_trial, **kwargs))
     if trials_jsonl is not None:
         try:
@@ -177,6 +196,46 @@ def observers(on_trial: Callable[[dict[str, Any]], object] | None,
             raise SpecError(f"{jsonl_name}: cannot write {trials_jsonl} "
                             f"({e.strerror or e})") from None
     return found
+
+
+def _path(value: object, name: str, what: str = "a path (a str or os.PathLike)",
+          optional: bool = True) -> Path | None:
+    """An option that names a file or directory, as a Path (None: not given)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, str) or (isinstance(value, os.PathLike)
+                                  and isinstance(os.fspath(value), str)):
+        return Path(value)
+    raise SpecError(f"{name}: expected {what}{' or None' if optional else ''}, "
+                    f"got {clip_repr(value)}")
+
+
+def _required_path(value: object, name: str) -> Path:
+    path = _path(value, name, optional=False)
+    assert path is not None
+    return path
+
+
+def _flag(value: object, name: str) -> None:
+    if not isinstance(value, bool):
+        raise SpecError(f"{name}: expected True or False, got {clip_repr(value)}")
+
+
+def _common(address: object, max_trials: object, time_budget_s: object,
+            cache_partial: object, trials_jsonl: object, quiet: object,
+            stop: object) -> None:
+    """The options run() and resume() share, checked before anything is opened or
+    started (on_trial is checked with the observers, limits in check_limits)."""
+    if address is not None and not isinstance(address, str):
+        raise SpecError(f"address: expected a Ray address (a str) or None, "
+                        f"got {clip_repr(address)}")
+    check_limits(max_trials, time_budget_s,  # type: ignore[arg-type]
+                 ("max_trials", "time_budget_s"))
+    _flag(cache_partial, "cache_partial")
+    _path(trials_jsonl, "trials_jsonl")
+    _flag(quiet, "quiet")
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        raise SpecError(f"stop: expected a threading.Event or None, got {clip_repr(stop)}")
 
 
 def _request(address: str | None, max_trials: int | None, time_budget_s: float | None,
@@ -216,9 +275,12 @@ def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | 
     out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
     stop = StopController(exit_at_once=False,
                           asked=asked.is_set if asked is not None else lambda: False)
+    from sweep import cluster
+
     stop.install()
     try:
-        code, session = call(request, stop, out, err, started)
+        with cluster.shared_ray():  # with the process's other calls (see there)
+            code, session = call(request, stop, out, err, started)
     except SpecError as e:
         if rename is None:
             raise
@@ -304,6 +366,25 @@ def _from_run_dir(path: Path, state: str | None, code: int | None,
         done=snap.done, elapsed_s=elapsed_s)
 
 
+def _check_plain(value: object, where: str) -> None:
+    """A spec given as a mapping holds what a YAML spec can: else its YAML would (a set is
+    a mapping of nulls there) be refused at a line of a file the caller never saw."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecError(f"spec: {where or 'the spec'}: keys must be strings, got "
+                                f"{clip_repr(key)}")
+            _check_plain(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            _check_plain(item, f"{where}[{k}]")
+    elif isinstance(value, (set, frozenset)):
+        raise SpecError(f"spec: {where}: expected a list, got a {type(value).__name__}")
+    elif not isinstance(value, (str, int, float, bool)) and value is not None:
+        raise SpecError(f"spec: {where}: expected a string, number, boolean, null, list "
+                        f"or mapping, got an object of type {type(value).__name__}")
+
+
 @contextlib.contextmanager
 def _spec_file(spec: SpecLike) -> Iterator[tuple[Path, str]]:
     """A spec file for `spec`: the path itself, or the mapping written as YAML in a
@@ -314,6 +395,7 @@ def _spec_file(spec: SpecLike) -> Iterator[tuple[Path, str]]:
         return
     import yaml
 
+    _check_plain(spec, "")
     doc = dict(spec)
     replay = doc.get("replay")
     if isinstance(replay, Mapping) and isinstance(replay.get("table"), str):

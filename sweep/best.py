@@ -41,6 +41,7 @@ def show_best(target: Path, as_json: bool, out: Console) -> int:
 
 
 def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
+    from storage.lock import holder
     from storage.snapshot import read_best
     from sweep.rundir import RunDir, read_meta
     from sweep.spec import SpecError
@@ -50,6 +51,10 @@ def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
         raise SpecError(f"{path}: not a sweep run directory (no run.json)")
     doc = read_best(run.best, read_meta(run)["fingerprint"])
     if doc is None:
+        busy = holder(path)
+        if busy is not None:
+            raise SpecError(f"{run.best}: not written yet: the run is in use by a sweep "
+                            f"({busy}), which writes it when it stops")
         raise SpecError(f"{run.best}: missing or damaged; `sweep resume {path}` rebuilds it")
     if doc["config"] is None:
         return [], f"{path}: no config succeeded"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweep import EXIT_BAD_INPUT
+from sweep import EXIT_BAD_INPUT, EXIT_FAILED, SweepFailed
 from sweep.report import say
 from sweep.stop import StopController
 
@@ -145,6 +145,9 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
         say(err, f"error: {e}")
         return EXIT_BAD_INPUT
+    except SweepFailed as e:
+        say(err, f"error: {e}")
+        return EXIT_FAILED
 
 
 def retry_statuses(text: str | None, name: str = "--retry") -> frozenset[str]:

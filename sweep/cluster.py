@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,12 +19,17 @@ from typing import Any
 
 import ray
 
+from sweep import SweepFailed
 from sweep.ray_runtime import TYPE_RESOURCE
 from sweep.runtime import Placement
 from sweep.spec import Spec, SpecError
 
 CONNECT_TIMEOUT_S = 30.0  # to join an existing cluster; a local start has no such limit
 PROBE_TIMEOUT_S = 3.0
+# A local start that times out (its raylet slow to register on a loaded machine, Ray's
+# usual complaint there) is tried once more; any other failure would only repeat.
+START_ATTEMPTS = 2
+RAYLET_WAIT_S = 30  # Ray's own, not configurable (raylet_start_wait_time_s, node.py)
 
 # Where Ray's processes start: Ray puts the driver's working directory first on every
 # worker's sys.path, where a user's own `storage/` or `actors/` folder would replace this
@@ -32,7 +39,18 @@ NEUTRAL_DIR = Path(__file__).resolve().parent.parent
 
 class ConnectAbandoned(Exception):
     """A stop was asked for, or the cluster did not answer, while Ray was still joining
-    it; the thread inside ray.init cannot be interrupted and is left behind."""
+    it (the thread inside ray.init cannot be interrupted and is left behind), or a stop
+    was asked for while a local instance started (what it had started is ended)."""
+
+
+class RayStartFailed(SweepFailed):
+    """The private local instance could not be started: one line of the sweep's own
+    instead of Ray's traceback."""
+
+
+class _Interrupted(BaseException):
+    """Raised into ray.init by a stop signal while a local instance starts. Not an
+    Exception, so that no `except Exception` in Ray's start-up swallows it."""
 
 
 _abandoned = threading.Event()
@@ -55,8 +73,104 @@ def abandoned() -> bool:
     return _abandoned.is_set() or _lost.is_set()
 
 
+# --- one Ray for the sweep.api calls of one process ------------------------------------
+# Calls on several threads share the Ray that the first of them connected: one call's
+# ray.shutdown() under another's running sweep aborts the interpreter (a Check failure in
+# Ray's core worker). The last of them to end shuts it down. The CLI, one call a process,
+# connects and shuts down its own, as before.
+_sharing = threading.local()  # .calls: API calls under way on this thread
+_share_lock = threading.Lock()  # held while a shared Ray is connected or shut down
+_users_lock = threading.Lock()  # for _users alone: a call ends without awaiting a connect
+_users = 0  # API calls under way in this process
+_ours: str | None = None  # the address that the calls' Ray was asked for, while it is up
+_keeper: threading.Event | None = None  # set: the thread a local instance lives on ends
+
+
+@contextlib.contextmanager
+def shared_ray() -> Iterator[None]:
+    """Around one API call: connect() inside it leaves Ray up for the process's other
+    calls, and the last call to end shuts down the Ray that the calls connected (not one
+    the caller connected itself)."""
+    global _users
+    with _users_lock:
+        _users += 1
+    _sharing.calls = getattr(_sharing, "calls", 0) + 1
+    try:
+        yield
+    finally:
+        _sharing.calls -= 1
+        with _users_lock:
+            _users -= 1
+            last = _users == 0
+        if last:
+            # A call that began meanwhile counts: it connects after this, or shares.
+            with _share_lock, _users_lock:
+                if _users == 0:
+                    _release()
+
+
+def _release() -> None:
+    global _ours, _keeper
+    if _ours is not None and ray.is_initialized() and not lost():  # lost: it would wait
+        ray.shutdown()
+    _ours = None
+    if _keeper is not None:
+        _keeper.set()
+        _keeper = None
+
+
 def connect(address: str | None, stop_requested: Callable[[], bool],
             say: Callable[[str], None] = lambda message: None) -> bool:
+    """_connect, or within shared_ray() the process's shared Ray: joined by the first
+    call, and refused (SpecError) to a call that asks for another cluster meanwhile. Returns
+    whether the caller should shut Ray down when done (within shared_ray(), never)."""
+    global _ours, _keeper
+    if not getattr(_sharing, "calls", 0):
+        return _connect(address, stop_requested, say)
+    asked = address or os.environ.get("RAY_ADDRESS") or "auto"
+    with _share_lock:  # one call connects at a time: a second would start a second Ray
+        if ray.is_initialized():
+            if _ours is not None and asked != _ours:
+                raise SpecError(f"address: {asked}, but another sweep.api call of this "
+                                f"process is running on the Ray it asked for as {_ours}; "
+                                "calls at the same time share one: give the same address, "
+                                "or wait for that call to end")
+            return False
+        if threading.current_thread() is not threading.main_thread() and \
+                starts_local(address):
+            _keeper = _on_keeper(lambda: _connect(address, stop_requested, say))
+        else:
+            _connect(address, stop_requested, say)
+        _ours = asked
+    return False
+
+
+def _on_keeper(start: Callable[[], object]) -> threading.Event:
+    """start() (a local instance's start) on a thread that then lives until the event
+    returned is set: Ray's processes die with the thread that started them
+    (PR_SET_PDEATHSIG), and the call that started them may end, and its thread, while
+    another call still runs on them."""
+    started, release = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def keep() -> None:
+        try:
+            start()
+        except BaseException as e:  # handed to the calling thread below
+            failure.append(e)
+        started.set()
+        if not failure:
+            release.wait()
+
+    threading.Thread(target=keep, name="ray-keeper", daemon=True).start()
+    started.wait()
+    if failure:
+        raise failure[0]
+    return release
+
+
+def _connect(address: str | None, stop_requested: Callable[[], bool],
+             say: Callable[[str], None] = lambda message: None) -> bool:
     """Join the cluster target(address) names, else start a private local instance.
     Returns whether this call started or joined Ray (and so should shut it down)."""
     if ray.is_initialized():
@@ -79,19 +193,202 @@ def connect(address: str | None, stop_requested: Callable[[], bool],
     why = not_joined(address)
     if why:
         say(why)
-    # Ray's processes die with the thread that starts them (PR_SET_PDEATHSIG), so a local
-    # instance starts on this, the main thread; a signal meanwhile only sets the stop flag.
-    # "local": Ray would otherwise look for a cluster of its own accord (and refuse
-    # num_cpus for one it found).
     with _neutral_cwd(), _without_rays_sigterm_handler():
-        try:
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     **common)
-        except KeyboardInterrupt:  # an API caller's second Ctrl+C: leave no Ray half up
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-            raise
+        _start_local(stop_requested, say, common)
     return True
+
+
+def _start_local(stop_requested: Callable[[], bool], say: Callable[[str], None],
+                 common: dict[str, Any]) -> None:
+    """Start a private instance on this thread: Ray's processes die with the thread that
+    starts them (PR_SET_PDEATHSIG), so nothing can wait beside ray.init here. On the main
+    thread a stop signal raises into it instead (see _stoppable): a flag alone waited out
+    the whole start (11-33 s on a loaded machine). What a start that fails or is stopped
+    midway had started is ended here: Ray leaves it running."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        if stop_requested():  # a signal before the start, or the spec's mistake
+            raise ConnectAbandoned("stopped before the run started")
+        before = set(_children().get(os.getpid(), []))
+        try:
+            with _stoppable(stop_requested) as started:
+                # "local": Ray would otherwise look for a cluster of its own accord (and
+                # refuse num_cpus for one it found).
+                ray.init(address="local", num_cpus=os.cpu_count() or 1,
+                         include_dashboard=False, **common)
+                started()
+            return
+        except _Interrupted:
+            _end_start(before)
+            raise ConnectAbandoned("stopped before the run started") from None
+        except KeyboardInterrupt:  # an API caller's second Ctrl+C: leave no Ray half up
+            _end_start(before)
+            raise
+        except Exception as e:  # Ray's own failure to start, whatever its type
+            logs = _end_start(before)
+            if stop_requested():  # a SIGTERM to the process group ended Ray's processes too
+                raise ConnectAbandoned("stopped before the run started") from None
+            timed_out, why = _why_start_failed(e)
+            where = f"; Ray's logs: {logs}" if logs else ""
+            if timed_out and attempt < START_ATTEMPTS:
+                say(f"Ray's local start timed out: {why}; trying once more")
+                continue
+            if timed_out:
+                raise RayStartFailed(
+                    f"Ray's local start timed out{' again' if attempt > 1 else ''}: {why}; "
+                    "the machine may be too busy: try again when it is quieter, or start "
+                    f"Ray once with `ray start --head`, which sweep then joins{where}"
+                ) from None
+            raise RayStartFailed(f"Ray's local start failed: {why}{where}") from None
+
+
+def _why_start_failed(e: Exception) -> tuple[bool, str]:
+    """Whether Ray's start timed out, and why it failed, in one clause: Ray's message
+    for the two timeouts is a paragraph or a path of no use to the user."""
+    text = " ".join(str(e).split())
+    if "timed out during startup" in text:
+        return True, (f"its raylet did not register with its GCS within the "
+                      f"{RAYLET_WAIT_S} s Ray allows")
+    if text.startswith("Timed out waiting for file") and "gcs_server_port" in text:
+        wait = os.environ.get("RAY_gcs_server_port_wait_time_s", "30")  # noqa: SIM112
+        return True, (f"its GCS server did not come up within the {wait} s that "
+                      "RAY_gcs_server_port_wait_time_s allows")
+    first = re.split(r"(?<=\.) ", text, maxsplit=1)[0][:300]
+    return "timed out" in text.lower(), first or type(e).__name__
+
+
+@contextlib.contextmanager
+def _stoppable(stop_requested: Callable[[], bool]) -> Iterator[Callable[[], None]]:
+    """While ray.init starts Ray on the main thread: a SIGINT or SIGTERM goes to the
+    handler installed before (the StopController's, which records the stop, or on a
+    second signal exits or raises KeyboardInterrupt), then, if that asked for a stop,
+    raises _Interrupted, once. The call yielded disarms it when ray.init has returned:
+    from then on a signal only sets the stop flag."""
+    armed = threading.current_thread() is threading.main_thread()
+    previous: dict[int, Callable[[int, Any], Any]] = {}
+
+    def handle(signum: int, frame: Any) -> None:
+        nonlocal armed
+        previous[signum](signum, frame)
+        if armed and stop_requested():
+            armed = False
+            raise _Interrupted
+
+    def disarm() -> None:
+        nonlocal armed
+        armed = False
+
+    if armed:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if callable(handler):  # SIG_DFL and SIG_IGN keep their meaning
+                previous[signum] = handler
+                signal.signal(signum, handle)
+    try:
+        yield disarm
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _end_start(before: set[int]) -> Path | None:
+    """End what an unfinished ray.init started (the GCS, the dashboard, the raylet and
+    what those started), and return its session's logs directory if one shows. Ray ends
+    them itself only once its start got as far as knowing them."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if getattr(worker, "_global_node", None) is not None:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+    found = _rays_children(before)
+    logs = _logs_named(found) or _session_logs()
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    me = os.getpid()
+    for pid in found:  # reap this process's own children, lest they linger as zombies
+        with contextlib.suppress(OSError):
+            while _parent(pid) == me and os.waitpid(pid, os.WNOHANG) == (0, 0) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.01)
+    return logs
+
+
+def _rays_children(before: set[int]) -> list[int]:
+    """This process's children since `before` that run Ray's code, and all under them,
+    each stopped (SIGSTOP) as it is found, so that none starts another unseen. (Linux's
+    /proc; elsewhere none are found, and PR_SET_PDEATHSIG ends them with this process.)"""
+    ray_dir = os.path.dirname(ray.__file__)
+    found: list[int] = []
+    while True:
+        tree = _children()
+        todo = [p for p in tree.get(os.getpid(), [])
+                if p not in before and ray_dir in " ".join(_args(p))]
+        new = []
+        while todo:
+            p = todo.pop()
+            new.append(p)
+            todo += tree.get(p, [])
+        new = [p for p in new if p not in found]
+        if not new:
+            return found
+        for p in new:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGSTOP)
+        found += new
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                parent = _parent(int(name))
+                if parent is not None:
+                    tree.setdefault(parent, []).append(int(name))
+    return tree
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _args(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _logs_named(pids: list[int]) -> Path | None:
+    """The logs directory Ray gave its processes on their command lines."""
+    for pid in pids:
+        for arg in _args(pid):
+            name, _, value = arg.partition("=")
+            if name in ("--log_dir", "--logs-dir") and value:
+                return Path(value)
+            if name in ("--session-dir", "--session_dir") and value:
+                return Path(value) / "logs"
+    return None
+
+
+def _session_logs() -> Path | None:
+    """This process's session directory under Ray's temporary one (session_..._PID)."""
+    utils = getattr(getattr(ray, "_common", None), "utils", None)
+    temp = getattr(utils, "get_default_ray_temp_dir", None)  # a private helper of Ray's
+    if temp is None:
+        return None
+    with contextlib.suppress(OSError):
+        mine = sorted(Path(temp()).glob(f"session_*_{os.getpid()}"),
+                      key=lambda p: p.stat().st_mtime)
+        if mine:
+            return mine[-1] / "logs"
+    return None
 
 
 def target(address: str | None) -> str | None:

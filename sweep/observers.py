@@ -10,6 +10,7 @@ again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -83,6 +84,8 @@ class TrialsJsonl:
         if path.is_dir() or not where.is_dir() or not os.access(where, os.W_OK) or (
                 path.exists() and not os.access(path, os.W_OK)):
             raise OSError("not a file in a writable directory")
+        if path.is_fifo():  # its open would wait for a reader, the sweep with it
+            os.close(_open_append(path))
         self.path = path
         self._report = report
         self._file: IO[str] | None = None
@@ -93,7 +96,7 @@ class TrialsJsonl:
             return
         try:
             if self._file is None:
-                self._file = self.path.open("a", encoding="utf-8")
+                self._file = os.fdopen(_open_append(self.path), "a", encoding="utf-8")
             self._file.write("".join(json.dumps(trial_json(r), ensure_ascii=False) + "\n"
                                      for r in records))
             self._file.flush()
@@ -111,3 +114,19 @@ class TrialsJsonl:
             with contextlib.suppress(OSError):
                 self._file.close()
             self._file = None
+
+
+def _open_append(path: Path) -> int:
+    """For appending, never waiting: a FIFO nobody reads is refused at once (ENXIO),
+    where a plain open would block until a reader came. Written to, a read FIFO is a pipe
+    as `| tee` would be."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK |
+                     os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO no process reads; start its reader "
+                                       "first") from None
+        raise
+    os.set_blocking(fd, True)
+    return fd

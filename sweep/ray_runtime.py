@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -75,8 +76,11 @@ class GcsWatch:
         self.where = (host.strip("[]"), int(port))
         self.grace_s = grace_s
         self.last_ok = self.last_probe = time.monotonic()
+        self.gone: str | None = None  # why the cluster counts as lost, once it does
 
     def check(self) -> None:
+        if self.gone is not None:  # lost stays lost, even between two probes
+            raise ClusterLost(self.gone)
         now = time.monotonic()
         if now - self.last_probe < GCS_PROBE_EVERY_S:
             return
@@ -90,8 +94,54 @@ class GcsWatch:
             why = e.strerror or type(e).__name__
         away = time.monotonic() - self.last_ok
         if away >= self.grace_s:
-            raise ClusterLost(f"the Ray cluster's head (GCS at {self.where[0]}:"
-                              f"{self.where[1]}) has not answered for {away:.0f} s ({why})")
+            raise self.give_up(f"its GCS has not answered for {away:.0f} s ({why})")
+
+    def give_up(self, why: str) -> ClusterLost:
+        """The cluster counts as lost from now on, for this reason."""
+        self.gone = f"the Ray cluster (its head at {self.where[0]}:{self.where[1]}) was " \
+                    f"lost: {why}"
+        return ClusterLost(self.gone)
+
+
+# A worker's start waits on the GCS (the actor's registration; the class's export, once),
+# which Ray's client retries for 60 s when the GCS is gone, and then ends the process: a
+# start runs on a thread while the head is watched. A GCS that still accepts connections but
+# has not registered the worker in this long is wedged, and as good as lost.
+START_ANSWER_S = 30.0
+
+
+class _Creation:
+    """An actor's creation (its handle and its info() call) on a daemon thread: one stuck
+    in Ray's GCS client must not hold up the interpreter's exit. One given up is killed if
+    it completes after all."""
+
+    def __init__(self, create: Callable[[], Any]) -> None:
+        self._create = create
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self.made: tuple[Any, Any] | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, name="actor-start", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            handle = self._create()
+            self.made = (handle, handle.info.remote())
+        except BaseException as e:  # handed to the waiting thread
+            self.error = e
+        with self._lock:
+            self.done.set()
+            late = self._abandoned
+        if late and self.made is not None:
+            with contextlib.suppress(RayError):
+                ray.kill(self.made[0], no_restart=True)
+
+    def abandon(self) -> bool:
+        """Give it up; False if it had completed (its result is then the caller's)."""
+        with self._lock:
+            self._abandoned = not self.done.is_set()
+            return self._abandoned
 
 
 # Parts of Ray's report of a dead actor: why it died, and for a dead process how it ended
@@ -173,6 +223,7 @@ class RayRuntime:
         self.typed = set(typed)
         self._actors: dict[str, _Actor] = {}
         self._watch: GcsWatch | None = None
+        self._class: Any = None  # TrialWorker as a Ray actor class
 
     def start(self, worker: str, kind: str = "") -> None:
         p = self.placement
@@ -189,9 +240,26 @@ class RayRuntime:
             options["resources"] = resources
         if p.env:
             options["runtime_env"] = {"env_vars": dict(p.env)}
-        handle = ray.remote(TrialWorker).options(**options).remote(self.settings, worker,
-                                                                    kind)
-        self._actors[worker] = _Actor(handle, handle.info.remote())
+        if self._class is None:  # one class: exported to the GCS once, not at every start
+            self._class = ray.remote(TrialWorker)
+        actor_class = self._class
+        creation = _Creation(lambda: actor_class.options(**options).remote(
+            self.settings, worker, kind))
+        deadline = time.monotonic() + START_ANSWER_S
+        try:
+            while not creation.done.wait(0.1):
+                watch = self._check_head()  # ClusterLost once the head is away GCS_GRACE_S
+                if time.monotonic() >= deadline:
+                    raise watch.give_up(f"its GCS did not register worker {worker} within "
+                                        f"{START_ANSWER_S:g} s")
+        except BaseException:
+            if not creation.abandon() and creation.made is not None:
+                self._actors[worker] = _Actor(*creation.made)  # close() stops it
+            raise
+        if creation.error is not None:
+            raise creation.error
+        assert creation.made is not None
+        self._actors[worker] = _Actor(*creation.made)
 
     def submit(self, worker: str, batch: int, trials: Sequence[Trial],
                ahead: Sequence[tuple[int, dict[str, Any]]],
@@ -203,11 +271,12 @@ class RayRuntime:
     def set_limit(self, worker: str, limit: CompileLimit) -> None:
         self._actors[worker].handle.set_limit.remote(limit)  # an answer is not awaited
 
-    def _check_head(self) -> None:
+    def _check_head(self) -> GcsWatch:
         """Raises ClusterLost once the head has been away GCS_GRACE_S."""
         if self._watch is None:
             self._watch = GcsWatch(ray.get_runtime_context().gcs_address)
         self._watch.check()
+        return self._watch
 
     def poll(self, timeout_s: float) -> list[Event]:
         self._check_head()
@@ -308,9 +377,26 @@ class RayRuntime:
 
     def kill(self, worker: str) -> None:
         actor = self._actors.pop(worker, None)
-        if actor is not None:
-            with contextlib.suppress(RayError):
-                ray.kill(actor.handle, no_restart=True)
+        if actor is None or (self._watch is not None and self._watch.gone is not None):
+            return  # with the GCS gone ray.kill would wait on it, for a worker gone with it
+        done = threading.Event()
+
+        def end() -> None:
+            try:
+                with contextlib.suppress(RayError):
+                    ray.kill(actor.handle, no_restart=True)
+            finally:
+                done.set()
+
+        # ray.kill of a worker the GCS has not placed yet waits on the GCS: it is awaited
+        # only while the head still counts as up. (Killing is what a stop does: it must
+        # not raise.)
+        threading.Thread(target=end, name="actor-kill", daemon=True).start()
+        while not done.wait(0.1):
+            try:
+                self._check_head()
+            except ClusterLost:
+                return
 
     def retime(self, worker: str, configs: Sequence[dict[str, Any]], rounds: int,
                timeout_s: float, should_stop: Callable[[], bool]) -> Retimed:

@@ -5,6 +5,7 @@ journal."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import platform
 import threading
@@ -26,13 +27,14 @@ from storage.journal import (
     read_journal,
 )
 from storage.lines import encode, encode_attempt
-from storage.records import TrialRecord
+from storage.readback import ReadBackError, printable, read_json
+from storage.records import TrialRecord, canonical_json
 from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
 from sweep.driver import SpentAttempt
 from sweep.search import SearchPlan
 from sweep.space import Space
-from sweep.spec import Spec, SpecError
+from sweep.spec import BACKENDS, MAX_NAME_CHARS, Spec, SpecError
 from sweep.tally import Tally
 
 META = "run.json"
@@ -101,20 +103,39 @@ def create(run: RunDir, spec: Spec, total: int, backend: str,
             "created_at": time.time(), "versions": versions()}
     if search is not None:
         meta["search"] = search.to_json()
+    meta["sha256"] = _meta_checksum(meta)
     write_bytes_atomically(run.meta, (json.dumps(meta, indent=2) + "\n").encode())
+
+
+def _meta_checksum(meta: dict[str, Any]) -> str:
+    """Over everything run.json decides (the search's plan too, which the fingerprint
+    does not cover): an edit would silently change what a resume runs."""
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 def read_meta(run: RunDir) -> dict[str, Any]:
     try:
-        meta = json.loads(run.meta.read_bytes())
+        meta = read_json(run.meta)
         out = {k: meta[k] for k in ("fingerprint", "declared", "name", "total", "backend")}
     except FileNotFoundError:
         raise SpecError(f"{run.path}: not a sweep run directory (no {META})") from None
+    except ReadBackError as e:
+        raise SpecError(str(e)) from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SpecError(f"{run.meta}: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(out["total"], int) or not all(
-            isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")):
+    # Files written before the checksum existed are taken as they are.
+    if "sha256" in meta and meta["sha256"] != _meta_checksum(meta):
+        raise SpecError(f"{run.meta}: changed since the run wrote it (its checksum does not "
+                        "match); restore it, or start a new run with sweep run")
+    if not isinstance(out["total"], int) or isinstance(out["total"], bool) or \
+            out["total"] < 0 or not all(
+            isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")) \
+            or out["backend"] not in BACKENDS:
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
+    if printable(out["name"]) != out["name"] or len(out["name"]) > MAX_NAME_CHARS:
+        raise SpecError(f"{run.meta}: unreadable (its name {printable(out['name'], 40)!r} "
+                        "is no run's name)")
     if meta.get("search") is not None:
         try:
             out["search"] = SearchPlan.from_json(meta["search"], out["total"])

@@ -38,6 +38,7 @@ from storage.journal import (
     read_attempts,
 )
 from storage.lock import LOCK_NAME, RunDirLock
+from storage.readback import ReadBackError, open_regular, printable
 from storage.records import PRUNED, TrialRecord, canonical_json
 from storage.snapshot import (
     Best,
@@ -58,10 +59,17 @@ from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
 from sweep.search import Search, SearchPlan, batch_size, rungs, strategy
 from sweep.space import Space
-from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError, check_dtype_for_backend, load_spec
+from sweep.spec import (
+    LAUNCH_OPTIONS,
+    Spec,
+    SpecError,
+    check_dtype_for_backend,
+    load_spec,
+    read_spec_text,
+)
 from sweep.stop import StopController
 from sweep.tally import LEADERS, Tally
-from sweep.warm_start import warm_start
+from sweep.warm_start import indices_of, warm_start
 from sweep_kernels import BUILTIN
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
@@ -153,7 +161,8 @@ class Session:
         spec_path = checked_path(spec_path, "spec")
         # Everything the file alone decides is checked now; the kernel module is imported
         # (and the spec checked against it) on another thread from here on.
-        spec = load_spec(spec_path, backend=backend, import_kernel=False)
+        text = read_spec_text(spec_path)
+        spec = load_spec(spec_path, backend=backend, import_kernel=False, text=text)
         space = spec.expand()
         path = run_path(out or rundir.default_out(spec), "--out")
         try:
@@ -182,7 +191,8 @@ class Session:
         # Read from this directory, not the current one: connecting to Ray changes that
         # for a moment (see cluster.py) while this thread may be reading.
         here = Path.cwd()
-        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here))
+        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here,
+                                                     text=text))
         if spec.kernel not in BUILTIN:  # a package's import can take long: say what we wait on
             module = spec.kernel.partition(":")[0]
             _say_if_slow(full_spec, IMPORT_NOTICE_S, lambda: say_line(
@@ -213,12 +223,19 @@ class Session:
         meta = rundir.read_meta(run)
         # The spec names a module to import, which runs its code: check the spec against
         # the run's record of it first, so a spec.yaml edited since names nothing new.
-        declared = load_spec(run.spec, import_kernel=False).declared_fingerprint
+        try:  # the run's own copy: a FIFO or a device there is damage, never a hang
+            os.close(open_regular(run.spec))
+        except ReadBackError as e:
+            raise SpecError(str(e)) from None
+        except FileNotFoundError:
+            pass  # read_spec_text says so
+        text = read_spec_text(run.spec)
+        declared = load_spec(run.spec, import_kernel=False, text=text).declared_fingerprint
         if declared != meta["declared"]:
             raise SpecError(f"{run.spec}: changed since this run started; start a new run "
                             "with sweep run")
         # The name may come from the spec file's name, which is spec.yaml here.
-        spec = replace(load_spec(run.spec), name=meta["name"])
+        spec = replace(load_spec(run.spec, text=text), name=meta["name"])
         if spec.fingerprint != meta["fingerprint"]:
             raise SpecError(f"{path}: the spec, kernel source or problem changed since this run "
                             f"started (fingerprint {meta['fingerprint']}, now "
@@ -285,7 +302,7 @@ class Session:
         if not self.meta and not request.force:
             hits = self._answered_before_ray(address)
             if hits:
-                _print_cached(out, self.spec, hits)
+                _print_cached(out, self.spec, self.space, hits)
                 self.ending = Ending("cached", cached=hits)
                 return EXIT_OK
         try:
@@ -334,7 +351,7 @@ class Session:
             if not self.meta and not request.force and not stop.requested:
                 hits = self._cached(backend, placement, lambda: stop.requested)
                 if hits:
-                    _print_cached(out, self.spec, hits)
+                    _print_cached(out, self.spec, self.space, hits)
                     self.ending = Ending("cached", cached=hits)
                     return EXIT_OK
             if stop.requested and not self.meta:
@@ -453,7 +470,8 @@ class Session:
                     partial=partial, written_at=time.time(),
                     versions=versions.get(best.device) or here,
                     fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
-                    declared=(spec.declared_fingerprint,), host=socket.gethostname()))
+                    declared=(spec.declared_fingerprint,), host=socket.gethostname()),
+                    unfit=lambda held: not _fits(spec, held))
                 if kept.run_dir != str(self.path.resolve()):
                     say(err, f"the best-config cache keeps its entry from {kept.run_dir}"
                              f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
@@ -620,12 +638,13 @@ class Session:
                         self._prune(search, pruned_before, spent, log, tally, progress)
                     self.timeline.update(driver.timeline, trials_done=time.time())
                     if ending == "complete" and not should_stop():
-                        promoted = self._halve(run, driver, progress) \
+                        promoted = self._halve(run, driver, progress, should_stop) \
                             if spec.search.strategy == "halving" else None
+                    if ending == "complete" and not should_stop():
                         finalists, baseline, unsettled = self._retime_finalists(
                             driver, tally, progress, should_stop, backend, promoted)
                         self.timeline["finalists_done"] = time.time()
-                    elif ending == "complete":  # stopped just as the last trial ended
+                    elif ending == "complete":  # stopped as the last trial or a rung ended
                         unsettled = any(len(tally.leaders(spec.run.finalists, d)) >= 2
                                         for d in tally.devices)
                 finally:
@@ -690,8 +709,10 @@ class Session:
             return EXIT_FAILED
         if state == "failed":
             return EXIT_FAILED
-        # A signal that lands during the final write of a finished run changes nothing.
-        return stop.exit_code if stop.requested and state != "complete" else EXIT_OK
+        # A signal that lands during the final write of a finished run changes nothing;
+        # one that cut its rungs or finalists short stopped the run's pick.
+        return stop.exit_code if stop.requested and (state != "complete" or unsettled) \
+            else EXIT_OK
 
     def _plan_search(self, backend: str, placement: Placement,
                      err: Console) -> SearchPlan | None:
@@ -758,8 +779,8 @@ class Session:
                               f"{len(search.known)} configs; "
                               f"{len(todo) + len(kept)} pruned")
 
-    def _halve(self, run: RunDir, driver: Driver,
-               progress: ProgressReporter) -> dict[str, list[Best]] | None:
+    def _halve(self, run: RunDir, driver: Driver, progress: ProgressReporter,
+               should_stop: Callable[[], bool]) -> dict[str, list[Best]] | None:
         """Successive halving's rungs after its screened sample: on each device type,
         1/eta of the configs that worked are re-timed carefully across every worker at
         once, then 1/eta of those, down to the finalists, which are returned, fastest
@@ -773,6 +794,8 @@ class Session:
             rung = [Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
                     for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))]
             for level, size in enumerate(rungs(len(rung), self.spec.search.eta, keep), 1):
+                if should_stop():  # a fast backend's rungs end between two checks of it
+                    return None
                 rung = rung[:size]
                 progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
                                   f"{device} carefully, on every worker at once")
@@ -967,7 +990,15 @@ def _candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
         return []
     return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
                                     spec.fixed_as_written)
-            if e.backend == backend and not e.partial and spec.fingerprint in e.runs]
+            if e.backend == backend and not e.partial and spec.fingerprint in e.runs
+            and _fits(spec, e)]
+
+
+def _fits(spec: Spec, entry: cache.CacheEntry) -> bool:
+    """Whether the entry's config sets only parameters this sweep tunes: one that names
+    others (a hand edit, another sweep that tuned more) cannot be its answer, though it
+    may lie outside the space's values (the best any sweep of that key found)."""
+    return set(entry.config) <= set(spec.space)
 
 
 def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
@@ -979,12 +1010,16 @@ def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
         say(out, f"    {group.count:>6} × {group.status}: {group.example} (e.g. #{group.index})")
 
 
-def _print_cached(out: Console, spec: Spec, hits: list[cache.CacheEntry]) -> None:
+def _print_cached(out: Console, spec: Spec, space: Space,
+                  hits: list[cache.CacheEntry]) -> None:
     for e in hits:
         say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel} completed on "
-                 f"{e.device} before; the best any sweep found there is from {e.run_dir} "
+                 f"{printable(e.device)} before; the best any sweep found there is from "
+                 f"{printable(e.run_dir)} "
                  f"({time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
-        say(out, f"  best: {json.dumps(dict(e.config), sort_keys=True)} {e.latency_ms:.4g} ms")
+        outside = "" if indices_of(space, [e.config]) else " (outside this sweep's space)"
+        say(out, f"  best: {printable(json.dumps(dict(e.config), sort_keys=True))} "
+                 f"{e.latency_ms:.4g} ms{outside}")
     say(out, "  nothing was run; pass --force to tune again")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from actors.replay import REPLAY_COLUMNS
+from storage.readback import ReadBackError, read_small
 from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
 from sweep.search import OPTIONS_OF, STRATEGIES, SearchOptions
@@ -35,6 +36,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 MAX_POINTS = 50_000_000  # before constraints
 MAX_CONFIGS = 5_000_000  # after constraints
 MAX_SPEC_BYTES = 1 << 20
+# A replayed trial table is read whole, once: millions of rows, not a device's endless bytes.
+REPLAY_TABLE_LIMIT = 4 << 30
 MAX_NESTING = 64  # YAML collections inside collections
 MAX_NAME_CHARS = 100
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -368,7 +371,8 @@ _CHECKS: dict[type, dict[str, Check]] = {
             "null or a list of accelerator type names (e.g. [H100, A100])"),
     },
     SearchOptions: {"strategy": (lambda v: v in STRATEGIES, "one of " + ", ".join(STRATEGIES)),
-                    "seed": INTEGER, "budget": (lambda v: _is_number(v) and 0 < v <= 1,
+                    # numpy's generators take no negative seed
+                    "seed": COUNT, "budget": (lambda v: _is_number(v) and 0 < v <= 1,
                                                 "a fraction > 0 and at most 1"),
                     "patience": FRACTION, "improvement": FRACTION,
                     "batch": (lambda v: v is None or AT_LEAST_ONE[0](v),
@@ -453,8 +457,15 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise SpecError(f"{path}: YAML too complex to load ({type(e).__name__})") from None
 
 
+def read_spec_text(path: str | Path, cwd: Path | None = None) -> str:
+    """A spec file's text, to load it from more than once (a pipe, `<(...)`, reads once)."""
+    path = Path(path)
+    return _read_text(path, cwd / path if cwd is not None else path)
+
+
 def load_spec(path: str | Path, *, backend: str | None = None,
-              import_kernel: bool = True, cwd: Path | None = None) -> Spec:
+              import_kernel: bool = True, cwd: Path | None = None,
+              text: str | None = None) -> Spec:
     """Read, validate and resolve a spec file. backend overrides run.backend.
 
     import_kernel=False checks everything the file alone decides and runs no code it
@@ -465,10 +476,13 @@ def load_spec(path: str | Path, *, backend: str | None = None,
 
     cwd: the directory a relative path is read from (not the process's current one, which
     another thread may change meanwhile); messages name the path as given.
+    text: the file's text as read_spec_text read it (relative paths in it are still
+    taken from the file's directory).
     """
     path = Path(path)
     r = _Reader(path, cwd / path if cwd is not None else path)
-    text = _read_text(path, r.source)
+    if text is None:
+        text = _read_text(path, r.source)
     doc = _parse_yaml(path, text)
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a mapping of spec keys at the top level")
@@ -573,14 +587,14 @@ def _read_replay(r: _Reader, options: ReplayOptions) -> tuple[ReplayOptions, str
         raise r.fail("replay.table", "required for run.backend: replay (a trials.parquet)")
     table = (r.source.parent / options.table).absolute()
     try:
-        data = table.read_bytes()
+        data = read_small(table, REPLAY_TABLE_LIMIT)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         names = pq.read_schema(pa.BufferReader(data)).names
     except (OSError, ValueError) as e:
-        raise r.fail("replay.table", f"cannot read {table} as Parquet "
-                                     f"({getattr(e, 'strerror', None) or e})") from None
+        why = e.why if isinstance(e, ReadBackError) else getattr(e, "strerror", None) or e
+        raise r.fail("replay.table", f"cannot read {table} as Parquet ({why})") from None
     missing = [c for c in REPLAY_COLUMNS if c not in names]
     if missing:
         raise r.fail("replay.table", f"{table} lacks the column(s) {', '.join(missing)} of a "

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage import cache
+from storage.readback import is_regular, scalar
 from sweep.space import Space
 from sweep.spec import Spec
 
@@ -62,19 +64,31 @@ def nearest(kernel: str, kernel_source: str, problem: Mapping[str, Any],
 
 def top_configs(entry: cache.CacheEntry, n: int) -> list[dict[str, Any]]:
     """The entry's best, then the fastest others its run recorded on that device (while
-    its run directory is there to read)."""
+    its run directory is there to read, and holds a trial table: anything else there is
+    read as no table)."""
     configs = [dict(entry.config)]
-    try:
-        table = pq.read_table(Path(entry.run_dir) / "trials.parquet",
-                              columns=["config", "status", "latency_ms", "device"])
-    except (OSError, ValueError):  # gone, or not a table: the best alone
+    path = Path(entry.run_dir) / "trials.parquet"
+    if not is_regular(path):  # gone, or a FIFO pyarrow would block on
         return configs
-    mask = pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["device"], entry.device))
-    ok = table.filter(mask)
-    ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")])[:n])
-    for text in ok.column("config").to_pylist():
-        config = json.loads(text)
-        if config not in configs:
+    try:
+        table = pq.read_table(path, columns=["config", "status", "latency_ms", "device"])
+        if [table.schema.field(c).type for c in ("config", "status", "device")] != \
+                [pa.string()] * 3 or not pa.types.is_floating(table.schema.field(
+                    "latency_ms").type):
+            return configs
+        mask = pc.and_(pc.equal(table["status"], "ok"),
+                       pc.equal(table["device"], entry.device))
+        ok = table.filter(mask)
+        ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")])[:n])
+        texts = ok.column("config").to_pylist()
+    except (OSError, ValueError, pa.ArrowException):  # not a trial table
+        return configs
+    for text in texts:
+        try:
+            config = json.loads(text) if text is not None else None
+        except ValueError:
+            continue
+        if isinstance(config, dict) and config not in configs:
             configs.append(config)
     return configs[:n]
 
@@ -86,7 +100,7 @@ def indices_of(space: Space, configs: Sequence[Mapping[str, Any]]) -> list[int]:
     stands for the first config that matches it on the rest."""
     out: list[int] = []
     for config in configs:
-        if not set(config) <= set(space.names):
+        if not set(config) <= set(space.names) or not all(map(scalar, config.values())):
             continue
         match = np.ones(len(space), dtype=bool)
         for name, value in config.items():

@@ -230,8 +230,9 @@ def test_a_stop_as_the_last_trial_ends_completes_without_caching_an_unchecked_be
             signal.raise_signal(signal.SIGINT)
 
     result = api.run(doc, out=tmp_path / "run", on_trial=stop_at_the_last)
-    # Complete: the signal changes nothing the caller must handle (no KeyboardInterrupt).
-    assert (result.state, result.exit_code, result.finalists) == ("complete", 0, [])
+    # Complete, with nothing to resume (no KeyboardInterrupt); the stop cut the finalists'
+    # re-timing, and the exit code says it was stopped.
+    assert (result.state, result.exit_code, result.finalists) == ("complete", 130, [])
     assert "the best-config cache does not take it" in capsys.readouterr().err
     assert lookup("matmul", "", {}) == []
 
@@ -277,3 +278,181 @@ def test_a_call_on_another_thread_is_stopped_by_its_event(ray_local, tmp_path):
     assert signal.getsignal(signal.SIGINT) is before  # no handler from another thread
     assert api.resume(tmp_path / "run", quiet=True).state == "complete"
     assert sorted(journal_order(tmp_path / "run")) == list(range(60))
+
+
+TWO_CALLS = r"""
+import json, socket, sys, threading
+from pathlib import Path
+
+import ray
+
+from sweep import api
+
+out = Path(sys.argv[1])
+WAIT = 120
+B_CONFIGS = 100  # at 20 ms on 2 workers: a second of B's trials after A has ended
+
+
+def doc(name, configs):
+    return {"name": name, "kernel": "matmul", "space": {"A": list(range(configs))},
+            "run": {"backend": "simulate", "snapshot_every_s": 0.5, "finalists": 2},
+            "simulate": {"workers": 2, "trial_ms": 20}}
+
+
+a_running, b_running = threading.Event(), threading.Event()
+results, errors = {}, []
+
+
+def wait(event, what):
+    if not event.wait(WAIT):
+        errors.append(f"no {what} within {WAIT} s")
+
+
+def a_seen(record):
+    if not a_running.is_set():
+        a_running.set()  # A's Ray is up: B joins it
+        wait(b_running, "trial of B")  # A returns only once B is under way
+
+
+def b_seen(record):
+    b_seen.count = getattr(b_seen, "count", 0) + 1
+    if b_seen.count == 1:
+        b_running.set()
+        a.join(WAIT)  # B runs on after A has returned and its thread has ended
+        if a.is_alive():
+            errors.append(f"A did not return within {WAIT} s")
+    if b_seen.count == B_CONFIGS:
+        # B's workers would finish their trials on their own: Ray itself must still be
+        # up (its processes die with the thread that started them: A's, ended a second
+        # of B's trials ago).
+        host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as e:
+            errors.append(f"Ray's GCS is gone once A's thread has ended: {e}")
+
+
+def call(name, configs, seen):
+    try:
+        results[name] = api.run(doc(name, configs), out=out / name, on_trial=seen,
+                                quiet=True)
+    except BaseException as e:
+        errors.append(f"{name}: {type(e).__name__}: {e}")
+
+
+a = threading.Thread(target=call, args=("a", 20, a_seen))
+a.start()
+wait(a_running, "trial of A")
+try:  # another cluster meanwhile: refused, since the calls share one
+    api.run(doc("c", 5), out=out / "c", address="127.0.0.1:9", quiet=True)
+    refused = None
+except api.SpecError as e:
+    refused = str(e)
+b = threading.Thread(target=call, args=("b", B_CONFIGS, b_seen))
+b.start()
+a.join(WAIT)
+b.join(WAIT)
+print(json.dumps({
+    "errors": errors, "refused": refused, "c_exists": (out / "c").exists(),
+    **{name: {"state": r.state, "indices": r.table().column("index").to_pylist()}
+       for name, r in results.items()}}))
+"""
+
+
+def test_two_calls_on_two_threads_share_ray_and_both_complete(tmp_path):
+    # A process of its own: an abort in Ray's core worker must fail this test, not end
+    # pytest. The first call starts Ray (a private one, on its thread) and returns while
+    # the second is still running on it.
+    done = subprocess.run([sys.executable, "-c", TWO_CALLS, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["errors"] == [], said["errors"]
+    assert said["a"] == {"state": "complete", "indices": list(range(20))}
+    assert said["b"] == {"state": "complete", "indices": list(range(100))}
+    assert said["refused"] == (
+        "address: 127.0.0.1:9, but another sweep.api call of this process is running on "
+        "the Ray it asked for as local; calls at the same time share one: give the same "
+        "address, or wait for that call to end"), said["refused"]
+    assert not said["c_exists"]
+
+
+EVENT = "a threading.Event or None"
+BAD_OPTIONS = [
+    ("run", {"spec": 123}, "spec: expected a spec file's path (a str or os.PathLike) or a "
+                           "mapping, got 123"),
+    ("run", {"spec": None}, "spec: expected a spec file's path (a str or os.PathLike) or a "
+                            "mapping, got None"),
+    ("run", {"out": 123}, "out: expected a path (a str or os.PathLike) or None, got 123"),
+    ("run", {"backend": 5}, "backend: expected one of auto, cuda, interpret, simulate, "
+                            "replay or None, got 5"),
+    ("run", {"backend": "gpu"}, "backend: expected one of auto, cuda, interpret, simulate, "
+                                "replay or None, got 'gpu'"),
+    ("run", {"address": 6379}, "address: expected a Ray address (a str) or None, got 6379"),
+    ("run", {"max_trials": "5"}, "max_trials: expected an integer >= 1, got '5'"),
+    ("run", {"time_budget_s": [1]}, "time_budget_s: expected a finite number of seconds > 0, "
+                                    "got [1]"),
+    ("run", {"cache_partial": "yes"}, "cache_partial: expected True or False, got 'yes'"),
+    ("run", {"force": 1}, "force: expected True or False, got 1"),
+    ("run", {"quiet": None}, "quiet: expected True or False, got None"),
+    ("run", {"on_trial": "print"}, "on_trial: expected a callable or None, got 'print'"),
+    ("run", {"trials_jsonl": 5}, "trials_jsonl: expected a path (a str or os.PathLike) or "
+                                 "None, got 5"),
+    ("run", {"stop": "x"}, f"stop: expected {EVENT}, got 'x'"),
+    ("resume", {"run_dir": None}, "run_dir: expected a path (a str or os.PathLike), got None"),
+    ("resume", {"retry": [5]}, "retry: expected statuses as \"timeout,crashed\" or a list of "
+                               "strings, got [5]"),
+    ("resume", {"retry": None}, "retry: expected statuses as \"timeout,crashed\" or a list of "
+                                "strings, got None"),
+    ("resume", {"retry": ["crashed", "nonsense"]}, None),  # the CLI's own message
+    ("resume", {"address": b"127.0.0.1:6379"},
+     "address: expected a Ray address (a str) or None, got b'127.0.0.1:6379'"),
+    ("resume", {"max_trials": True}, "max_trials: expected an integer >= 1, got True"),
+    ("resume", {"cache_partial": None}, "cache_partial: expected True or False, got None"),
+    ("resume", {"quiet": "no"}, "quiet: expected True or False, got 'no'"),
+    ("resume", {"trials_jsonl": ["a"]}, "trials_jsonl: expected a path (a str or "
+                                        "os.PathLike) or None, got ['a']"),
+    ("resume", {"stop": object}, f"stop: expected {EVENT}, got <class 'object'>"),
+    ("load", {"run_dir": 5}, "run_dir: expected a path (a str or os.PathLike), got 5"),
+]
+
+
+@pytest.mark.parametrize(("function", "given", "says"), BAD_OPTIONS,
+                         ids=[f"{f}-{'-'.join(g)}={g[next(iter(g))]!r}"
+                              for f, g, _ in BAD_OPTIONS])
+def test_a_wrong_option_is_a_spec_error_naming_it(ray_local, tmp_path, function, given, says):
+    jsonl = tmp_path / "trials.jsonl"
+    if function == "run":
+        kwargs = {"spec": sim_doc(), "out": tmp_path / "run", "quiet": True,
+                  "trials_jsonl": jsonl, **given}
+    elif function == "resume":
+        kwargs = {"run_dir": tmp_path / "run", "quiet": True, "trials_jsonl": jsonl, **given}
+    else:
+        kwargs = dict(given)
+    with pytest.raises(api.SpecError) as e:
+        getattr(api, function)(**kwargs)
+    line = str(e.value)
+    assert "\n" not in line
+    if says is None:
+        assert line.startswith("retry: ") and "nonsense" in line, line
+    else:
+        assert line == says
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing opened or written
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    ({"space": {"A": {1, 2}}}, "spec: space.A: expected a list, got a set"),
+    ({"run": {"backend": "simulate", "accelerator_types": frozenset({"H100"})}},
+     "spec: run.accelerator_types: expected a list, got a frozenset"),
+    ({"space": {1: [1, 2]}}, "spec: space: keys must be strings, got 1"),
+    ({"space": {"A": [1, {2}]}}, "spec: space.A[1]: expected a list, got a set"),
+    ({"problem": {"M": object()}}, "spec: problem.M: expected a string, number, boolean, "
+                                   "null, list or mapping, got an object of type object"),
+], ids=["set", "frozenset", "int key", "set in a list", "object"])
+def test_a_mapping_spec_holding_what_yaml_cannot_names_its_key(tmp_path, doc, says):
+    spec = {"name": "api", "kernel": "matmul", "space": {"A": [1, 2]}, **doc}
+    with pytest.raises(api.SpecError) as e:
+        api.run(spec, out=tmp_path / "run", quiet=True)
+    assert str(e.value) == says
+    assert not (tmp_path / "run").exists()

@@ -329,7 +329,7 @@ def test_a_second_ctrl_c_stops_waiting_and_leaves_the_job_running(head, tmp_path
 
 
 @pytest.mark.parametrize("case", ["unreachable", "missing spec", "bad spec", "relative out",
-                                  "no ray[default]", "too large"])
+                                  "no ray[default]", "too large", "too large via a symlink"])
 def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
     work = work_dir(tmp_path)
     simulate_spec(work / "spec.yaml")
@@ -358,7 +358,15 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
         with open(work / "data.bin", "wb") as f:
             f.truncate(101 << 20)  # sparse: its size, not its blocks, is what would ship
         expected = (f"error: {work}: holds more than 100 MiB to ship as the job's working "
-                    "directory, more than Ray accepts; run sweep submit from a directory "
+                    "directory, more than Ray accepts (the largest: data.bin, 101.0 MiB); run "
+                    "sweep submit from a directory with just your spec and kernel modules (or "
+                    "list the rest in .gitignore)")
+    elif case == "too large via a symlink":  # Ray packs the target, from outside the directory
+        big = sparse(tmp_path / "elsewhere" / "big.bin", 150 << 20)
+        (work / "big.bin").symlink_to(big)
+        expected = (f"error: {work}: holds more than 100 MiB to ship as the job's working "
+                    "directory, more than Ray accepts (the largest: big.bin, 150.0 MiB, a "
+                    f"symlink to {big}, which Ray follows); run sweep submit from a directory "
                     "with just your spec and kernel modules (or list the rest in .gitignore)")
     else:  # an aiohttp that cannot be imported stands in for a plain `pip install ray`
         shadow = tmp_path / "shadow" / "aiohttp"
@@ -414,3 +422,67 @@ def test_a_sweep_the_cache_answers_on_the_head_names_no_run_directory(capsys):
     job._where()
     assert "run directory" not in capsys.readouterr().out
     assert job.results_dir is None and job.gcs == "127.0.0.1:6379"
+
+
+def sparse(path: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk: its size, not its blocks, is what ships."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+@pytest.fixture(params=["plain directory", "git checkout"])
+def shipped(request, tmp_path) -> Path:
+    """A directory to submit from, with a spec: outside git, where every file ships, or a
+    checkout, where what git lists does (a symlink is one entry there, never followed)."""
+    work = work_dir(tmp_path)
+    simulate_spec(work / "spec.yaml")
+    if request.param == "git checkout":
+        subprocess.run(["git", "init", "-q", str(work)], check=True)
+    return work
+
+
+def test_the_size_check_counts_what_a_symlink_brings_in(shipped, tmp_path):
+    from sweep.submit import SubmitError, _check_size
+
+    _check_size(shipped)  # the spec alone
+    big = sparse(tmp_path / "elsewhere" / "big.bin", 150 << 20)
+    (shipped / "big.bin").symlink_to(big)
+    with pytest.raises(SubmitError) as refused:
+        _check_size(shipped)
+    assert str(refused.value).startswith(
+        f"{shipped}: holds more than 100 MiB to ship as the job's working directory, more "
+        f"than Ray accepts (the largest: big.bin, 150.0 MiB, a symlink to {big}, which Ray "
+        "follows); ")
+    (shipped / "big.bin").unlink()
+    # A link to a directory ships all of it: Ray's packing descends into it.
+    (shipped / "data").symlink_to(big.parent, target_is_directory=True)
+    with pytest.raises(SubmitError) as refused:
+        _check_size(shipped)
+    assert (f"(the largest: data/big.bin, 150.0 MiB, under the symlink data -> {big.parent}, "
+            "which Ray follows); ") in str(refused.value)
+
+
+def test_a_symlink_to_a_directory_that_holds_it_is_refused(shipped, tmp_path):
+    # Ray's packing goes round such a link, packing a copy of everything at each turn.
+    from sweep.submit import SubmitError, _check_size
+
+    (shipped / "kernels").mkdir()
+    (shipped / "kernels" / "k.py").write_text("")
+    (shipped / "kernels" / "up").symlink_to("..", target_is_directory=True)
+    with pytest.raises(SubmitError) as refused:
+        _check_size(shipped)
+    assert str(refused.value) == (
+        f"{shipped}/kernels/up: a symlink to .., which holds it: Ray's packing of the job's "
+        "working directory would go round it, a copy of everything at each turn; remove it "
+        "or list it in .gitignore")
+
+
+def test_a_dangling_or_ignored_symlink_ships_nothing(shipped, tmp_path):
+    from sweep.submit import _check_size
+
+    big = sparse(tmp_path / "elsewhere" / "big.bin", 150 << 20)
+    (shipped / "gone").symlink_to(tmp_path / "nowhere")
+    (shipped / "runs").symlink_to(big.parent, target_is_directory=True)  # in EXCLUDES
+    _check_size(shipped)

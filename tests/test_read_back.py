@@ -1,0 +1,387 @@
+"""Every file a run directory or the cache holds is input: a damaged, edited or special
+one is refused in one line or read as absent, never trusted, never a hang or a traceback.
+
+Special files are real ones (a FIFO from mkfifo, a link to /dev/zero), read by the CLI in a
+process of its own with a timeout, so that a hang fails the test instead of pytest."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
+from test_stop_resume import start, stderr_of, wait_until
+
+from storage import cache
+from storage.cache import CacheEntry, cache_dir, lookup
+from storage.lock import RunDirLock
+from storage.readback import ReadBackError, read_json, read_small
+from sweep.spec import load_spec
+from sweep.tuned import tuned_config
+from sweep.warm_start import top_configs
+
+SPACE = {"A": list(range(8)), "B": list(range(5))}
+PROBLEM = {"rows": 4, "cols": 64, "dtype": "float32"}
+
+
+def softmax_spec(path: Path) -> Path:
+    """Two configs on the interpreter: a real kernel, cached after one run."""
+    return write_spec(path, name="tiny-softmax", kernel="softmax", problem=PROBLEM,
+                      space={"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1]},
+                      timing={"warmup_ms": 1, "rep_ms": 3, "screen": "off"},
+                      run={"backend": "interpret", "finalists": 0})
+
+
+def entry_file() -> Path:
+    (path,) = cache_dir().glob("*.json")
+    return path
+
+
+def edit_json(path: Path, **changes: object) -> None:
+    doc = json.loads(path.read_text())
+    doc.update(changes)
+    path.write_text(json.dumps(doc))
+
+
+# --- the readers themselves --------------------------------------------------------------
+
+def test_a_fifo_or_a_device_is_refused_at_once_and_a_large_file_by_its_size(tmp_path):
+    fifo = tmp_path / "x.json"
+    os.mkfifo(fifo)  # no writer: a plain open would wait for one for ever
+    with pytest.raises(ReadBackError, match="not a regular file but a FIFO"):
+        read_json(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ReadBackError, match="a character device"):
+        read_small(zero)
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 2000)
+    with pytest.raises(ReadBackError, match="2,000 bytes"):
+        read_small(big, limit=1000)
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"latency_ms": NaN}')
+    with pytest.raises(ReadBackError, match="not valid JSON"):
+        read_json(nan)
+
+
+# --- cache entries -----------------------------------------------------------------------
+
+def stored_entry(**changes: object) -> Path:
+    """A real entry, through cache.store, then edited on disk with its file name kept."""
+    entry = CacheEntry(kernel="softmax", kernel_source="abc", problem=PROBLEM,
+                       backend="interpret", device="cpu-interpreter",
+                       config={"BLOCK_N": 32}, latency_ms=1.5, fingerprint="f" * 16,
+                       run_dir="/nowhere", partial=False, written_at=1.7e9, runs=("f" * 16,))
+    _, path = cache.store(entry)
+    assert cache.read(path) is not None
+    edit_json(path, **changes)
+    return path
+
+
+@pytest.mark.parametrize("changes", [
+    {"latency_ms": float("nan")}, {"latency_ms": "fast"}, {"latency_ms": None},
+    {"latency_ms": -1}, {"config": None}, {"config": "BLOCK_N=32"}, {"config": {}},
+    {"config": {"BLOCK_N": [32]}}, {"written_at": 1e20}, {"partial": "no"},
+    {"runs": "f" * 16}, {"versions": {"torch": 2}},
+], ids=lambda c: "-".join(f"{k}={v!r}" for k, v in c.items()))
+def test_a_cache_entry_with_a_field_of_the_wrong_type_or_range_is_a_miss(changes):
+    path = stored_entry(**changes)
+    assert cache.read(path) is None
+    assert lookup("softmax", "abc", PROBLEM) == []
+
+
+def test_a_special_file_in_the_cache_is_a_miss(tmp_path):
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(root / "a.json")
+    (root / "b.json").symlink_to("/dev/zero")
+    (root / "c.json").mkdir()
+    assert cache.of_kernel("softmax") == []
+    assert not cache.declared_somewhere("softmax", "x")
+
+
+@pytest.mark.parametrize("config", [None, "BLOCK_N=32"])
+def test_launch_code_gets_its_default_for_a_damaged_entry(ray_local, tmp_path, config):
+    assert sweep_cli("run", softmax_spec(tmp_path / "s.yaml"), "--out", tmp_path / "a") == 0
+    assert tuned_config("softmax", PROBLEM, device="cpu-interpreter") is not None
+    edit_json(entry_file(), config=config)
+    # A process of its own: the first answer is kept for the life of the process.
+    code = ("from sweep.tuned import tuned_config; print(tuned_config('softmax', "
+            f"{PROBLEM!r}, default={{'BLOCK_N': 16}}, device='cpu-interpreter'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'BLOCK_N': 16}"
+
+
+def test_an_edited_entry_naming_another_parameter_is_not_the_answer_and_is_replaced(
+        ray_local, tmp_path, capsys):
+    spec = softmax_spec(tmp_path / "s.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    edit_json(entry_file(), config={"BLOCK_N": 9999, "EVIL": "x"}, latency_ms=1e-9)
+    capsys.readouterr()
+    assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
+    assert (tmp_path / "b" / "trials.parquet").exists()  # it ran
+    assert "EVIL" not in capsys.readouterr().out
+    # The run's best replaced the entry, however fast the edit claimed to be: the next
+    # run is answered with it.
+    (entry,) = cache.of_kernel("softmax")
+    assert "EVIL" not in entry.config and entry.run_dir == str((tmp_path / "b").resolve())
+    assert sweep_cli("run", spec, "--out", tmp_path / "c") == 0
+    assert "cached" in capsys.readouterr().out and not (tmp_path / "c").exists()
+
+
+def test_a_nan_latency_entry_is_replaced_by_the_next_complete_run(ray_local, tmp_path):
+    spec = softmax_spec(tmp_path / "s.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    path = entry_file()
+    path.write_text(path.read_text().replace('"latency_ms": ', '"latency_ms": NaN, "x": '))
+    assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
+    assert (tmp_path / "b" / "trials.parquet").exists()
+    (entry,) = cache.of_kernel("softmax")
+    assert math.isfinite(entry.latency_ms) and entry.run_dir == str((tmp_path / "b").resolve())
+
+
+def test_a_cached_best_outside_the_sweeps_values_is_said_to_lie_outside(ray_local, tmp_path,
+                                                                        capsys):
+    spec = softmax_spec(tmp_path / "s.yaml")
+    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
+    edit_json(entry_file(), config={"BLOCK_N": 128, "ROWS_PER_PROGRAM": 1})
+    capsys.readouterr()
+    assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
+    out = capsys.readouterr().out
+    assert '"BLOCK_N": 128' in out and "(outside this sweep's space)" in out, out
+
+
+def test_warm_start_reads_a_foreign_table_in_the_cached_run_as_no_table(tmp_path):
+    entry = CacheEntry(kernel="softmax", kernel_source="abc", problem=PROBLEM,
+                       backend="interpret", device="d", config={"BLOCK_N": 32},
+                       latency_ms=1.0, fingerprint="f", run_dir=str(tmp_path),
+                       partial=False, written_at=1.7e9)
+    table = tmp_path / "trials.parquet"
+    for columns in ({"config": ["{not json", "[1]"], "status": ["ok", "ok"],
+                     "latency_ms": [1.0, 2.0], "device": ["d", "d"]},
+                    {"config": ['{"BLOCK_N": 64}'], "status": [1], "latency_ms": [1.0],
+                     "device": ["d"]}):
+        pq.write_table(pa.table(columns), table)
+        assert top_configs(entry, 5) == [{"BLOCK_N": 32}]
+    table.unlink()
+    os.mkfifo(table)
+    assert top_configs(entry, 5) == [{"BLOCK_N": 32}]
+
+
+# --- run directories ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished(ray_address, tmp_path_factory) -> Path:
+    """One complete simulate run (and its cache entry, in a cache of its own), which each
+    test copies and damages."""
+    tmp = tmp_path_factory.mktemp("finished")
+    spec = simulate_spec(tmp / "spec.yaml", space=SPACE, run={"finalists": 2})
+    done = sweep_proc("run", spec, "--out", tmp / "run", "--address", ray_address,
+                      env={"SWEEP_CACHE_DIR": str(tmp / "cache")})
+    assert done.returncode == 0, done.stderr
+    return tmp / "run"
+
+
+def sim_run(tmp_path: Path, finished: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    return out
+
+
+def test_an_edited_search_plan_in_run_json_is_refused_not_followed(ray_address, tmp_path):
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
+                         search={"strategy": "guided", "budget": 0.9, "batch": 8})
+    out = tmp_path / "run"
+    assert sweep_proc("run", spec, "--out", out, "--address", ray_address,
+                      "--max-trials", "10").returncode == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["search"]["batch"] == 8
+    edit_json(out / "run.json", search={**meta["search"], "batch": 3})
+    before = (out / "journal.jsonl").read_bytes()
+    done = sweep_proc("resume", out, "--address", ray_address)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: {out / 'run.json'}: changed since the run wrote "
+                                   "it (its checksum does not match); restore it, or start "
+                                   "a new run with sweep run")
+    assert (out / "journal.jsonl").read_bytes() == before
+    # A run.json from before the checksum is read as it stands.
+    (out / "run.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
+    assert sweep_proc("resume", out, "--address", ray_address).returncode == 0
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"total": True}, "a value of the wrong type"),
+    ({"name": "x\x1b[31m\nforged line"}, "is no run's name"),
+])
+def test_a_damaged_run_json_is_one_line_without_the_damage(ray_address, finished, tmp_path, changes,
+                                                           said):
+    out = sim_run(tmp_path, finished)
+    meta = json.loads((out / "run.json").read_text())
+    del meta["sha256"]  # as an older run.json, whose values alone are checked
+    (out / "run.json").write_text(json.dumps({**meta, **changes}))
+    done = sweep_proc("resume", out, "--address", ray_address)
+    assert done.returncode == 2 and said in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "\x1b" not in done.stderr
+
+
+@pytest.mark.parametrize("changes", [
+    {"config": None}, {"by_device": {"simulated": 5}}, {"latency_ms": "1"},
+    {"device": "x\x1b[2J"},
+])
+def test_sweep_best_refuses_a_damaged_best_json_in_one_line(ray_address, finished, tmp_path,
+                                                            changes):
+    out = sim_run(tmp_path, finished)
+    edit_json(out / "best.json", **changes)
+    done = sweep_proc("best", out)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.strip() == (f"error: {out / 'best.json'}: missing or damaged; "
+                                   f"`sweep resume {out}` rebuilds it")
+    # ...which it does.
+    assert sweep_proc("resume", out, "--address", ray_address).returncode == 0
+    assert sweep_proc("best", out).returncode == 0
+
+
+def test_sweep_best_of_a_run_in_use_says_so_instead_of_advising_resume(ray_address, finished,
+                                                                       tmp_path):
+    out = sim_run(tmp_path, finished)
+    (out / "best.json").unlink()
+    lock = RunDirLock.acquire(out, "sweep resume (a test holding it)")
+    try:
+        done = sweep_proc("best", out)
+    finally:
+        lock.release()
+    assert done.returncode == 2
+    assert "in use by a sweep (pid" in done.stderr and "sweep resume" not in \
+        done.stderr.replace("sweep resume (a test holding it)", "")
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("run.json", "fifo"), ("run.json", "dev-zero"), ("snapshot.json", "dev-zero"),
+    ("snapshot.json", "fifo"), ("journal.jsonl", "fifo"), ("trials.parquet", "fifo"),
+    ("spec.yaml", "fifo")])
+def test_a_special_file_in_a_run_directory_never_hangs_a_resume(ray_address, finished,
+                                                                tmp_path, name, kind):
+    out = sim_run(tmp_path, finished)
+    (out / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(out / name)
+    else:
+        (out / name).symlink_to("/dev/zero")
+    done = sweep_proc("resume", out, "--address", ray_address, timeout=60)
+    if name in ("snapshot.json", "trials.parquet"):  # rebuilt from the journal
+        assert done.returncode == 0, done.stderr
+        assert (out / name).is_file() and not (out / name).is_symlink()
+    else:
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert f"{out / name}: not a regular file" in line
+
+
+def test_a_special_file_in_the_cache_never_hangs_a_sweep(ray_address, tmp_path):
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(root / "0123.json")
+    (root / "4567.json").symlink_to("/dev/zero")
+    spec = softmax_spec(tmp_path / "s.yaml")
+    done = sweep_proc("run", spec, "--out", tmp_path / "a", "--address", ray_address,
+                      timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sweep_proc("best", spec, timeout=60).returncode == 0
+
+
+def test_a_trials_jsonl_fifo_without_a_reader_is_refused_at_once(ray_address, tmp_path):
+    fifo = tmp_path / "trials.fifo"
+    os.mkfifo(fifo)
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
+                      "--trials-jsonl", fifo, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: --trials-jsonl: cannot write {fifo} (a FIFO no "
+                                   "process reads; start its reader first)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(ray_address, tmp_path):
+    fifo = tmp_path / "trials.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
+    # The refusal opens the FIFO too: the reader must outlive that open, which cat does
+    # only while a writer is still to come; hold one open meanwhile.
+    keep = os.open(fifo, os.O_WRONLY)
+    try:
+        done = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
+                          "--trials-jsonl", fifo, timeout=60)
+    finally:
+        os.close(keep)
+    lines = reader.communicate(timeout=30)[0].splitlines()
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(line)["index"] for line in lines) == list(range(40))
+
+
+def test_a_spec_from_a_pipe_is_read_once(ray_address, tmp_path):
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
+    out = tmp_path / "run"
+    done = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m sweep run <(cat "{spec}") --out "{out}" '
+                       f'--address "{ray_address}"'],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out / "trials.parquet").num_rows == 40
+    assert (out / "spec.yaml").read_text() == spec.read_text()
+
+
+@pytest.mark.parametrize("strategy", ["guided", "halving"])
+def test_a_negative_search_seed_is_refused_before_anything_is_written(tmp_path, strategy):
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
+                         search={"strategy": strategy, "seed": -1})
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: {spec}: search.seed: expected an integer >= 0, "
+                                   "got -1")
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigint_during_halvings_rungs_stops_the_run_with_130(ray_address, tmp_path):
+    # 8 screened configs of 1 s on 2 workers, then a rung of 4 that takes a trial's time.
+    spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(16))},
+                         search={"strategy": "halving", "sample": 0.5, "eta": 2, "seed": 1},
+                         simulate={"workers": 2, "trial_ms": 1000}, run={"finalists": 2})
+    out = tmp_path / "run"
+    proc = start(["run", spec, "--out", out], out, ray_address)
+    wait_until(lambda: "rung 1:" in stderr_of(out), proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr_of(out)
+    assert "stopped before the fastest configs were re-timed side by side" in stderr_of(out)
+    best = json.loads((out / "best.json").read_text())
+    assert best["finalists"] == []  # the one pass's order stands
+
+
+def test_the_checks_read_what_this_tool_writes(ray_address, finished, tmp_path):
+    """Every file of a real run passes its reader's checks (a check too strict would turn
+    a good run into a refusal)."""
+    out = sim_run(tmp_path, finished)
+    spec = load_spec(out / "spec.yaml")
+    from storage.snapshot import read_best, read_snapshot
+    from sweep.rundir import RunDir, read_meta
+
+    meta = read_meta(RunDir(out))
+    assert read_best(out / "best.json", meta["fingerprint"]) is not None
+    assert read_snapshot(out / "snapshot.json").state == "complete"
+    assert spec.kernel == "matmul"
+    (entry,) = cache.of_kernel("matmul", finished.parent / "cache" / "best")
+    assert asdict(entry)["config"] == json.loads((out / "best.json").read_text())["config"]
