@@ -4,8 +4,9 @@ Everything it needs is inside it (plotly.js, the styles, the data), so it opens 
 laptop's disk, an artefact store or an air-gapped cluster without fetching anything. The
 static parts (summary, top configs, failures, metadata) are written here as HTML; the
 trial table and the plots are drawn in the page from the analysis's records, which the
-page carries as JSON. No figure is computed in the page: it sorts, filters and picks what
-to plot.
+page carries as JSON, one array per field. No figure is computed in the page: it sorts
+and filters every trial, draws a page of the result at a time (a table of 100,000 rows
+takes a browser minutes) and picks what to plot.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import html
 import json
 import math
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
 from storage.records import PRUNED
-from sweep.analysis import Analysis, Ranked
+from sweep.analysis import Analysis, Ranked, Span
 from sweep.numbers import amount, scale, significant
 from sweep.report import (
     baseline_name,
@@ -53,8 +54,10 @@ def render(a: Analysis, plotly_js: str) -> str:
     summary = a.summary(0)
     heatmap = a.default_heatmap()
     data = {
-        "parameters": a.parameters, "trials": a.trials,
-        "spans": [asdict(span) for span in a.spans],
+        "parameters": a.parameters, "trials": _trial_columns(a),
+        # The index of the trial the page marks as the winner (★, highlighted).
+        "winner": next((t["index"] for t in a.trials if t["winner"]), None),
+        "spans": _span_columns(a),
         "effects": summary["effects"], "heatmaps": summary["heatmaps"],
         "rate": _rate_column(a),
         # The heatmap's axes until the reader picks others (see Analysis.default_heatmap).
@@ -76,6 +79,82 @@ def _script_json(value: Any) -> str:
     JSON.parse refuses."""
     text = json.dumps(_finite(value), default=str, allow_nan=False)
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+# What the page's trial table reads of each trial (its columns, and the ranking it sorts
+# latency by); the rate column's field is added where the kernel gives its work.
+_TABLE_FIELDS = ("status", "latency_ms", "latency_p20_ms", "latency_p80_ms", "retimed_ms",
+                 "rank", "compile_ms", "validation", "device", "node", "worker", "attempt",
+                 "error")
+
+
+def _trial_columns(a: Analysis) -> dict[str, Any]:
+    """The trials the page's table pages through, one array per field (in index order)
+    rather than an object per trial: a field's name is written once, not once a trial."""
+    rate = rate_field(a)
+    fields = ("index", *a.parameters, *_TABLE_FIELDS, *([rate[0]] if rate else []))
+    return _columns(a.trials, fields)
+
+
+def _span_columns(a: Analysis) -> dict[str, Any]:
+    """The timeline's spans, one array per field, their times to the microsecond: seconds
+    from timestamps since the epoch, which hold about a fifth of a microsecond, so the
+    digits beyond are noise (and were half of the spans' bytes)."""
+    return _columns([{**asdict(s), "start_s": round(s.start_s, 6), "end_s": round(s.end_s, 6)}
+                     for s in drawable(a.spans)],
+                    ("worker", "start_s", "end_s", "kind", "index"))
+
+
+# More bars than this take plotly minutes to draw (100,000 trials: about 150 s in Chromium),
+# and far more than a plot's width can tell apart.
+MAX_BARS = 20_000
+# Of the run's whole span: about one pixel of a wide plot.
+BAR_RESOLUTION = 1 / 2000
+
+
+def drawable(spans: list[Span]) -> list[Span]:
+    """At most about MAX_BARS spans that draw the same picture: on each worker, waits too
+    short to see are left out and neighbours of one kind closer than a pixel become one
+    bar (its trial unnamed). A failure between two successes stays a bar of its own."""
+    if len(spans) <= MAX_BARS:
+        return spans
+    tick = (max(s.end_s for s in spans) - min(s.start_s for s in spans)) * BAR_RESOLUTION
+    out: list[Span] = []
+    workers: dict[str, list[Span]] = {}
+    for span in spans:
+        workers.setdefault(span.worker, []).append(span)
+    for mine in workers.values():
+        last: Span | None = None
+        for span in sorted(mine, key=lambda s: s.start_s):
+            if span.kind == "waiting" and span.end_s - span.start_s < tick:
+                continue
+            if last is not None and last.kind == span.kind and \
+                    span.start_s - last.end_s < tick:
+                last = replace(last, end_s=max(last.end_s, span.end_s), index=None)
+                continue
+            if last is not None:
+                out.append(last)
+            last = span
+        if last is not None:
+            out.append(last)
+    return out
+
+
+def _columns(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, Any]:
+    """`rows` as one array per field. A field of few distinct strings (a status, a device,
+    a worker) is written as {"values": [each once], "codes": [a position in values per
+    row]}: a digit or two a row instead of the text; the page decodes it once on load."""
+    out: dict[str, Any] = {}
+    for f in fields:
+        column = [r[f] for r in rows]
+        if all(v is None or isinstance(v, str) for v in column):
+            positions: dict[str | None, int] = {}
+            codes = [positions.setdefault(v, len(positions)) for v in column]
+            if len(positions) * 2 <= len(column):
+                out[f] = {"values": list(positions), "codes": codes}
+                continue
+        out[f] = column
+    return out
 
 
 def _finite(value: Any) -> Any:
@@ -219,6 +298,9 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
 .plots { display: grid; grid-template-columns: 1fr 1fr; gap: 18px; }
 .plot { border: 1px solid #e3e5ea; border-radius: 6px; padding: 8px; }
 .plot.wide { grid-column: 1 / -1; }
+/* Their heights before they are drawn (after the first paint): nothing below moves. */
+#plot-latency, #plot-effects, #plot-heatmap { min-height: 340px; }
+#plot-timeline { min-height: 220px; }
 .controls { margin: 4px 0 8px; } .controls label { margin-right: 14px; }
 #trials-wrap { max-height: 640px; overflow: auto; border: 1px solid #e3e5ea; }
 /* The trial table and its controls take the window's width, not the text's: the table
@@ -252,7 +334,8 @@ tr.winner td { background: #fff6d6; font-weight: 600; }
 <div class="controls full">
  <label>filter <input id="filter" size="40" placeholder="text in any column"></label>
  <label>status <select id="status-filter"><option value="">any</option></select></label>
- <span id="shown"></span>
+ <button id="prev-page" type="button">‹ previous</button> <span id="page"></span>
+ <button id="next-page" type="button">next ›</button> <span id="shown"></span>
  <span class="note">Click a heading to sort. Latency sorts by the ranking: finalists by their
  re-timing, then the rest by their one pass.</span>
 </div>
@@ -289,6 +372,12 @@ const label = v => JSON.stringify(v);
 const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
 
 // --- the trial table -------------------------------------------------------------------
+// The data holds one array per field (see _columns); T.status[i] is trial i's status.
+const columns = t => Object.fromEntries(Object.entries(t).map(([k, c]) =>
+  [k, Array.isArray(c) ? c : c.codes.map(n => c.values[n])]));
+const T = columns(D.trials), S = columns(D.spans);
+const N = T.index.length;
+const WINNER = T.index.indexOf(D.winner);  // -1: none
 // The rate column in one unit, the one that puts its largest value between 1 and 1000
 // (D.rate, chosen with the report's own rules), three significant digits.
 const RATE = D.rate;
@@ -296,22 +385,25 @@ const COLUMNS = [
   {key: "index", name: "index"},
   ...D.parameters.map(p => ({key: p, name: p, text: String})),  // a value as the spec gives it
   {key: "status", name: "status"},
-  {key: "latency", name: "latency ms", value: r => r.retimed_ms ?? r.latency_ms,
-   sortBy: r => r.rank,
+  {key: "latency", name: "latency ms", value: i => T.retimed_ms[i] ?? T.latency_ms[i],
+   sortBy: i => T.rank[i],
    tip: "re-timed side by side for a finalist, else the one pass; sorts by the ranking"},
   {key: "latency_ms", name: "one pass ms", tip: "the sweep's one timing of this config"},
   {key: "latency_p20_ms", name: "one pass p20", tip: "spread of the one pass"},
   {key: "latency_p80_ms", name: "one pass p80", tip: "spread of the one pass"},
   {key: "retimed_ms", name: "re-timed ms", tip: "finalists only: the side-by-side re-timing"},
   ...(RATE ? [{key: RATE.key, name: RATE.name, text: v => num(v, 3),
-               value: r => r[RATE.key] === null ? null : r[RATE.key] * RATE.factor}] : []),
+               value: i => T[RATE.key][i] === null ? null : T[RATE.key][i] * RATE.factor}]
+     : []),
   {key: "compile_ms", name: "compile ms"}, {key: "validation", name: "validation"},
   {key: "device", name: "device"},
-  {key: "worker", name: "worker", value: r => r.node + "/" + r.worker},
+  {key: "worker", name: "worker", value: i => T.node[i] + "/" + T.worker[i]},
   {key: "attempt", name: "attempt"}, {key: "error", name: "error"},
 ];
-const MAX_ROWS = 20000;
-let sortCol = null, sortDir = 1;
+// The table holds one page of the sorted, filtered trials: a browser takes minutes to lay
+// out a table of 100,000 rows, and milliseconds for 100.
+const PAGE = 100;
+let sortCol = null, sortDir = 1, order = [], page = 0;
 const head = document.querySelector("#trials thead tr");
 COLUMNS.forEach(c => {
   const th = document.createElement("th");
@@ -323,27 +415,36 @@ COLUMNS.forEach(c => {
   head.appendChild(th);
 });
 const statusSel = document.getElementById("status-filter");
-[...new Set(D.trials.map(r => r.status))].sort().forEach(s => {
+[...new Set(T.status)].sort().forEach(s => {
   const o = document.createElement("option"); o.value = o.textContent = s;
   statusSel.appendChild(o);
 });
-const cellValue = (c, r) => c.value ? c.value(r) : r[c.key];
-const cellText = (c, r) => {
-  const v = cellValue(c, r);
+const cellValue = (c, i) => c.value ? c.value(i) : T[c.key][i];
+const cellText = (c, i) => {
+  const v = cellValue(c, i);
   return c.text && v !== null && v !== undefined ? c.text(v) : fmt(v);
 };
-const texts = D.trials.map(r => COLUMNS.map(c => cellText(c, r)).join(" ").toLowerCase());
+// Each trial's text, for the filter: made on its first use, not on every page's load.
+let texts = null;
+const textOf = i => (texts ??= Array.from({length: N}, (_, j) =>
+  COLUMNS.map(c => cellText(c, j)).join(" ").toLowerCase()))[i];
+const empty = v => v === null || v === undefined;
+// Sort and filter every trial; the page shown goes back to the first.
 function drawTable() {
   const needle = document.getElementById("filter").value.trim().toLowerCase();
   const status = statusSel.value;
-  let rows = D.trials.map((r, i) => i).filter(i =>
-    (!status || D.trials[i].status === status) && (!needle || texts[i].includes(needle)));
+  order = [];
+  for (let i = 0; i < N; i++)
+    if ((!status || T.status[i] === status) && (!needle || textOf(i).includes(needle)))
+      order.push(i);
   if (sortCol) {
-    const key = sortCol.sortBy || (r => cellValue(sortCol, r));
-    rows.sort((i, j) => {
-      const a = key(D.trials[i]), b = key(D.trials[j]);
-      if (a === null || a === undefined) return (b === null || b === undefined) ? i - j : 1;
-      if (b === null || b === undefined) return -1;  // empty cells last either way
+    const key = sortCol.sortBy || (i => cellValue(sortCol, i));
+    const keys = new Array(N);
+    order.forEach(i => { keys[i] = key(i); });
+    order.sort((i, j) => {
+      const a = keys[i], b = keys[j];
+      if (empty(a)) return empty(b) ? i - j : 1;
+      if (empty(b)) return -1;  // empty cells last either way
       const c = typeof a === "number" && typeof b === "number" ? a - b
         : String(a).localeCompare(String(b));
       return c !== 0 ? sortDir * c : i - j;
@@ -351,23 +452,49 @@ function drawTable() {
   }
   document.querySelectorAll("#trials th").forEach(th => th.className =
     sortCol && th.dataset.key === sortCol.key ? (sortDir > 0 ? "sorted-asc" : "sorted-desc") : "");
-  // Every trial is in the data and every sort and filter covers them all; the page draws
-  // the first MAX_ROWS of the result (a browser slows with hundreds of thousands).
-  const drawn = rows.slice(0, MAX_ROWS);
-  document.querySelector("#trials tbody").innerHTML = drawn.map(i => {
-    const r = D.trials[i];
-    return `<tr data-index="${r.index}"${r.winner ? ' class="winner"' : ""}>` +
-      COLUMNS.map(c => c.key === "status"
-        ? `<td><span class="chip s-${esc(r.status)}">${esc(r.status)}</span></td>`
-        : c.key === "error" ? `<td title="${esc(r.error ?? "")}">` +
-          esc(clip((r.error ?? "").split("\\n")[0], 90)) + "</td>"
-        : "<td>" + (c.key === "index" && r.winner ? "★ " : "") + esc(cellText(c, r)) +
-          "</td>"
-      ).join("") + "</tr>";
-  }).join("");
-  document.getElementById("shown").textContent = `${rows.length} of ${D.trials.length} trials` +
-    (rows.length > drawn.length ? ` (the first ${drawn.length} shown: filter to see others)` : "");
+  page = 0;
+  drawPage();
 }
+const td = (text, title) => {
+  const cell = document.createElement("td");
+  cell.textContent = text;  // text, never markup, whatever an error holds
+  if (title !== undefined) cell.title = title;
+  return cell;
+};
+function drawPage() {
+  const pages = Math.max(1, Math.ceil(order.length / PAGE));
+  page = Math.min(Math.max(page, 0), pages - 1);
+  const from = page * PAGE, drawn = order.slice(from, from + PAGE);
+  const rows = drawn.map(i => {
+    const tr = document.createElement("tr");
+    tr.dataset.index = T.index[i];
+    if (i === WINNER) tr.className = "winner";
+    COLUMNS.forEach(c => {
+      if (c.key === "status") {
+        const chip = document.createElement("span");
+        chip.className = "chip s-" + T.status[i]; chip.textContent = T.status[i];
+        tr.appendChild(td("")).appendChild(chip);
+      } else if (c.key === "error") {
+        const error = T.error[i] ?? "";
+        tr.appendChild(td(clip(error.split("\\n")[0], 90), error));
+      } else {
+        tr.appendChild(td((c.key === "index" && i === WINNER ? "★ " : "") + cellText(c, i)));
+      }
+    });
+    return tr;
+  });
+  document.querySelector("#trials tbody").replaceChildren(...rows);
+  document.getElementById("page").textContent = `page ${page + 1} of ${pages}`;
+  document.getElementById("prev-page").disabled = page === 0;
+  document.getElementById("next-page").disabled = page >= pages - 1;
+  document.getElementById("shown").textContent = (order.length === N
+    ? `${N} trials` : `${order.length} of ${N} trials`) +
+    (order.length > drawn.length && drawn.length
+      ? ` (${from + 1}–${from + drawn.length} shown)` : "");
+}
+const turn = by => () => { page += by; drawPage(); };
+document.getElementById("prev-page").addEventListener("click", turn(-1));
+document.getElementById("next-page").addEventListener("click", turn(1));
 let typing = null;
 document.getElementById("filter").addEventListener("input", () => {
   clearTimeout(typing); typing = setTimeout(drawTable, 150);
@@ -376,18 +503,19 @@ statusSel.addEventListener("change", drawTable);
 drawTable();
 
 // --- plots ------------------------------------------------------------------------------
-const ok = D.trials.filter(r => r.status === "ok");
 // Axes of ms and seconds say exponentformat "none": 2000, as the report writes it, not 2k.
 const layout = (title, extra) => Object.assign({
   title: {text: title, font: {size: 14}, x: 0.01, xanchor: "left"},
   margin: {l: 60, r: 40, t: 40, b: 50}, height: 340}, extra);
 
-(function latency() {
-  const xs = ok.map(r => r.latency_ms);
+function latency() {
+  const xs = T.latency_ms.filter((_, i) => T.status[i] === "ok");
   // Binned here, not by plotly: the counts are known, so the y axis ticks whole numbers
   // only (a step of 1, 2, 5, 10, ... trials), never the fractions plotly picks for a few.
   const bins = Math.min(60, Math.max(10, Math.round(Math.sqrt(xs.length) * 2)));
-  const lo = xs.length ? Math.min(...xs) : 0, hi = xs.length ? Math.max(...xs) : 1;
+  // A loop, not Math.min(...xs): a spread of 100,000 arguments overflows the stack.
+  let lo = xs.length ? Infinity : 0, hi = xs.length ? -Infinity : 1;
+  xs.forEach(x => { lo = Math.min(lo, x); hi = Math.max(hi, x); });
   const size = (hi - lo) / bins || Math.abs(lo) / bins || 1;
   const counts = new Array(bins).fill(0);
   xs.forEach(x => counts[Math.min(bins - 1, Math.floor((x - lo) / size))]++);
@@ -401,8 +529,7 @@ const layout = (title, extra) => Object.assign({
     notes.push({x, yref: "paper", y: 1, text, showarrow: false, yanchor: "bottom",
                 font: {size: 11, color}});
   };
-  const w = D.trials.find(r => r.winner);
-  if (w) mark(w.latency_ms, "winner #" + w.index, "#b8860b");
+  if (WINNER >= 0) mark(T.latency_ms[WINNER], "winner #" + T.index[WINNER], "#b8860b");
   const edges = counts.map((_, i) => lo + i * size);
   Plotly.newPlot("plot-latency", [{type: "bar", x: edges.map(e => e + size / 2), y: counts,
       width: size, marker: {color: COLORS.ok}, hoverinfo: "text",
@@ -412,7 +539,7 @@ const layout = (title, extra) => Object.assign({
        yaxis: {title: {text: "trials"}, tick0: 0, dtick: step, tickformat: "d",
                rangemode: "tozero"},
        shapes, annotations: notes, bargap: 0.05}), CONFIG);
-})();
+}
 
 const effectSel = document.getElementById("effect-param");
 D.effects.forEach(e => {
@@ -436,7 +563,6 @@ function drawEffects() {
        yaxis: {title: {text: "ms"}, exponentformat: "none"}}), CONFIG);
 }
 effectSel.addEventListener("change", drawEffects);
-drawEffects();
 
 const hx = document.getElementById("heat-x"), hy = document.getElementById("heat-y");
 const heatParams = varied.map(e => e.parameter);
@@ -468,29 +594,34 @@ function drawHeatmap() {
        yaxis: {type: "category", title: {text: yName}}}), CONFIG);
 }
 hx.addEventListener("change", drawHeatmap); hy.addEventListener("change", drawHeatmap);
-drawHeatmap();
 
-(function timeline() {
+function timeline() {
   // Drawn in this order, the last on top: a trial is never hidden under a wait, and the
   // rare failures stay visible where thousands of bars share a pixel.
   const first = ["waiting", "starting", "ok"];
-  const kinds = [...new Set(D.spans.map(s => s.kind))].sort((a, b) =>
+  const kinds = [...new Set(S.kind)].sort((a, b) =>
     (first.includes(a) ? first.indexOf(a) : 9) - (first.includes(b) ? first.indexOf(b) : 9));
-  const workers = [...new Set(D.spans.map(s => s.worker))];
+  const workers = [...new Set(S.worker)];
   const traces = kinds.map(kind => {
-    const ss = D.spans.filter(s => s.kind === kind);
-    return {type: "bar", orientation: "h", name: kind, y: ss.map(s => s.worker),
-      base: ss.map(s => s.start_s), x: ss.map(s => Math.max(s.end_s - s.start_s, 1e-4)),
+    const ss = [];
+    S.kind.forEach((k, i) => { if (k === kind) ss.push(i); });
+    return {type: "bar", orientation: "h", name: kind, y: ss.map(i => S.worker[i]),
+      base: ss.map(i => S.start_s[i]), x: ss.map(i => Math.max(S.end_s[i] - S.start_s[i], 1e-4)),
       marker: {color: COLORS[kind] || "#888"},
-      hovertext: ss.map(s => (s.index === null ? kind : `#${s.index} ${kind}`) +
-        ` ${num(s.end_s - s.start_s, 3)} s`), hoverinfo: "text"};
+      hovertext: ss.map(i => (S.index[i] === null ? kind : `#${S.index[i]} ${kind}`) +
+        ` ${num(S.end_s[i] - S.start_s[i], 3)} s`), hoverinfo: "text"};
   });
   Plotly.newPlot("plot-timeline", traces, layout("Workers over time", {barmode: "overlay",
     height: Math.max(220, 60 + 28 * workers.length),
     xaxis: {title: {text: "seconds since the run began"}, exponentformat: "none"},
     yaxis: {type: "category", automargin: true, categoryorder: "category descending"}}),
     CONFIG);
-})();
+}
+// The plots once the summary and the table are painted: plotly lays the page out as it
+// draws, and a timeline of 100,000 trials takes minutes to draw.
+requestAnimationFrame(() => setTimeout(() => {
+  latency(); drawEffects(); drawHeatmap(); timeline();
+}));
 </script>
 </body></html>
 """

@@ -62,7 +62,7 @@ def test_the_html_report_fetches_nothing_and_holds_every_trial(quickstart):
     for fetch in ("<script src", "<link", "<img", "@import", "url(http"):
         assert fetch not in lowered
     data = json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
-    assert [t["index"] for t in data["trials"]] == list(range(rows))
+    assert data["trials"]["index"] == list(range(rows))
 
 
 def test_the_plots_are_written_as_png_files(quickstart):
@@ -384,10 +384,183 @@ def test_the_trial_tables_rate_column_says_its_one_unit_and_numbers_have_no_expo
     cells = {int(row.get_attribute("data-index")):
              row.find_element(By.XPATH, f"td[{column}]").text
              for row in browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")}
-    expected = {t["index"]: "" if t["tflops"] is None else
-                significant(t["tflops"] * rate["factor"], 3) for t in data["trials"]}
+    tflops = dict(zip(data["trials"]["index"], data["trials"]["tflops"]))
+    expected = {i: "" if v is None else significant(v * rate["factor"], 3)
+                for i, v in tflops.items()}
     assert cells == expected and any(cells.values())
     # The largest value of the column reads between 1 and 1000 in its unit.
-    assert 1 <= max(t["tflops"] * rate["factor"] for t in data["trials"] if t["tflops"]) < 1000
+    assert 1 <= max(v * rate["factor"] for v in tflops.values() if v) < 1000
     table = browser.find_element(By.ID, "trials").text
     assert re.search(r"\d[eE][-+]\d", table) is None
+
+
+# --- a large run: the table a page at a time -------------------------------------------
+LARGE = 20_000  # trials
+PAGE = 100  # rows the page's table holds at a time
+ODD = 19_990  # the one trial whose error a filter finds, far past the first page
+ODD_ERROR = 'RuntimeError: the odd one <img src=x onerror="document.title=1"> out'
+
+
+def write_large_run(tmp_path, n=LARGE):
+    """A complete run of n configs (BLOCK by num_warps), through the run's own writers:
+    every 10th failed to compile, #ODD failed at run time with ODD_ERROR, the rest worked
+    in an order unlike their indices' (2.001 to 22 ms), and #n-7 fastest, at 1 ms."""
+    import dataclasses
+
+    from storage.records import TrialRecord
+    from storage.snapshot import Best, write_best
+    from sweep import rundir
+    from sweep.rundir import RunDir, RunLog
+    from sweep.spec import load_spec
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(simulate_spec(tmp_path / "s.yaml", space={
+        "BLOCK": list(range(n // 4)), "num_warps": [1, 2, 4, 8]}))
+    spec = dataclasses.replace(spec, work=INTERPRETED_WORK, name="large")
+    space = spec.expand()
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    rundir.create(run, spec, len(space), "simulate")
+
+    def outcome(i):
+        if i == n - 7:
+            return "ok", 1.0, None
+        if i == ODD:
+            return "runtime_error", None, ODD_ERROR
+        if i % 10 == 3:
+            return "compile_error", None, f"out of resources: shared memory {65536 + i} > 65536"
+        return "ok", 2.0 + ((i * 7919) % n + 1) / 1000, None
+
+    records = []
+    for i in range(n):
+        status, ms, error = outcome(i)
+        start = 100.0 + i // 4 * 0.03
+        records.append(TrialRecord(
+            index=i, config=space.config(i), status=status, latency_ms=ms,
+            latency_p20_ms=ms and ms * 0.99, latency_p80_ms=ms and ms * 1.01,
+            validation="passed" if ms else "skipped", error=error, compile_ms=None,
+            device="simulated", node="n1", worker=f"w{i % 4}", attempt=1, started_at=start,
+            finished_at=start + (ms or 1) / 1000))
+    with RunLog(run, spec.fingerprint) as log:
+        log.commit(records, [], [None] * len(records))
+    rundir.write_trials(run, spec, space, "complete")
+    best = Best(n - 7, space.config(n - 7), 1.0, "simulated")
+    write_best(run.best, best, fingerprint=spec.fingerprint, partial=False, finalists=[],
+               by_device={"simulated": best}, baseline={})
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    from sweep.analysis import analyse
+
+    return analyse(write_large_run(tmp_path_factory.mktemp("large")))
+
+
+def _data(page):
+    return json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_a_large_reports_page_carries_its_trials_as_compact_columns_not_rows(large):
+    from sweep.report_html import render
+
+    page = render(large, "")  # plotly.js aside
+    # No markup per trial: the table is drawn in the page, a page of rows at a time.
+    assert page.count("<tr") < 50
+    # One array per field, not an object per trial (whose field names alone took more
+    # than 250 bytes a trial): a trial, its timeline's spans with it, takes < 300 bytes.
+    assert len(page.encode()) / LARGE < 300
+    trials = _data(page)["trials"]
+    assert trials["index"] == list(range(LARGE))
+    # A field of few strings: each written once, a small number per trial.
+    assert trials["status"]["values"] == ["ok", "compile_error", "runtime_error"]
+    assert [trials["status"]["values"][c] for c in trials["status"]["codes"]] == [
+        t["status"] for t in large.trials]
+
+
+def test_a_timeline_of_many_trials_draws_few_bars_that_cover_every_trial(large):
+    import bisect
+
+    from sweep.report_html import MAX_BARS, drawable
+
+    bars = drawable(large.spans)
+    assert len(large.spans) > MAX_BARS >= len(bars)
+    covering: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for b in bars:
+        covering.setdefault((b.worker, b.kind), []).append((b.start_s, b.end_s))
+    for spans in covering.values():
+        spans.sort()
+    for s in large.spans:  # every trial lies within a bar of its status on its worker
+        if s.kind == "waiting":
+            continue
+        spans = covering[(s.worker, s.kind)]
+        k = bisect.bisect_right(spans, (s.start_s, float("inf"))) - 1
+        assert k >= 0 and spans[k][0] <= s.start_s and s.end_s <= spans[k][1], s
+    # The one run-time failure among thousands of successes is a bar of its own.
+    assert [b.index for b in bars if b.kind == "runtime_error"] == [ODD]
+    # A small run's timeline is drawn as it is.
+    assert drawable(large.spans[:100]) == large.spans[:100]
+
+
+def test_a_large_reports_table_shows_a_page_at_a_time_and_sorts_and_filters_every_trial(
+        large, tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from sweep.report_html import write_html
+
+    # With its timeline: 40,000 spans, drawn as the few bars a plot can tell apart.
+    write_html(large, tmp_path / "r.html")
+    _open(browser, tmp_path / "r.html")
+
+    def shown():
+        return browser.execute_script(
+            "return [...document.querySelectorAll('#trials tbody tr')]"
+            ".map(r => Number(r.dataset.index))")
+
+    def page_says():
+        return browser.find_element(By.ID, "page").text
+
+    def wait(until):
+        WebDriverWait(browser, 10, ignored_exceptions=REDRAWN).until(lambda d: until())
+
+    pages = LARGE // PAGE
+    assert shown() == list(range(PAGE))  # the first page, in index order
+    assert page_says() == f"page 1 of {pages}"
+    previous, following = (browser.find_element(By.ID, i) for i in ("prev-page", "next-page"))
+    assert not previous.is_enabled() and following.is_enabled()
+    following.click()
+    assert shown() == list(range(PAGE, 2 * PAGE)) and page_says() == f"page 2 of {pages}"
+    previous.click()
+    assert shown() == list(range(PAGE))
+
+    # Sorting orders every trial, not the page: the fastest come from all over the run,
+    # the winner (#LARGE-7, on the last page by index) first, starred.
+    browser.find_element(By.XPATH, "//table[@id='trials']//th[.='latency ms']").click()
+    ranked = [r.index for r in large.ranked]
+    assert ranked[0] == LARGE - 7
+    assert shown() == ranked[:PAGE] and page_says() == f"page 1 of {pages}"
+    first = browser.find_element(By.CSS_SELECTOR, "#trials tbody tr")
+    assert first.get_attribute("class") == "winner"
+    assert first.find_element(By.TAG_NAME, "td").text == f"★ {LARGE - 7}"
+    following.click()
+    assert shown() == ranked[PAGE:2 * PAGE]
+
+    # The status filter over every trial; the page goes back to the first.
+    Select(browser.find_element(By.ID, "status-filter")).select_by_value("compile_error")
+    failed = [t["index"] for t in large.trials if t["status"] == "compile_error"]
+    assert shown() == failed[:PAGE]  # no latency: in index order
+    assert page_says() == f"page 1 of {-(-len(failed) // PAGE)}"
+    following.click()
+    assert shown() == failed[PAGE:2 * PAGE]
+
+    # The text filter finds the one trial whose error says so, near the run's end, and
+    # its markup stays text.
+    Select(browser.find_element(By.ID, "status-filter")).select_by_value("")
+    browser.find_element(By.ID, "filter").send_keys("odd one <img")
+    wait(lambda: shown() == [ODD])
+    assert page_says() == "page 1 of 1" and not following.is_enabled()
+    error = browser.find_element(By.XPATH, "//table[@id='trials']//tbody//td[last()]")
+    assert error.get_attribute("title") == ODD_ERROR and error.text == ODD_ERROR
+    assert browser.title == "sweep report: large"  # no onerror ran
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
