@@ -171,6 +171,11 @@ def store(entry: CacheEntry, root: Path | None = None,
     path = root / f"{entry.key}.json"
     with _locked(root):
         held = read(path) if path.exists() else None
+        # One that cannot answer entry's sweep is dropped, the sweeps it answered with it:
+        # they would be answered with entry's best, found in another space.
+        if held is not None and not entry.partial and unfit is not None and unfit(held):
+            held = None
+
         def merged(name: str) -> tuple[str, ...]:
             ours = () if entry.partial else getattr(entry, name)
             return tuple(dict.fromkeys([*(getattr(held, name) if held else ()), *ours]))
@@ -178,8 +183,7 @@ def store(entry: CacheEntry, root: Path | None = None,
         # A complete run's best replaces one whose run directory is gone whatever the
         # latency: an answer must name a run the user can still inspect.
         kept = entry if held is None or entry.better_than(held) or \
-            (not entry.partial and (held.run_gone or (unfit is not None and unfit(held)))) \
-            else held
+            (not entry.partial and held.run_gone) else held
         kept = replace(kept, runs=merged("runs"), declared=merged("declared"))
         if kept != held:
             write_bytes_atomically(path, (json.dumps(asdict(kept), indent=2) + "\n").encode())

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -103,9 +104,12 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
         self._undo_failed: OSError | None = None
         try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):  # a FIFO would fill, then block
+                raise JournalError(f"{path}: not a regular file")
+            os.set_blocking(self._fd, True)
             size = os.fstat(self._fd).st_size
             keep = _complete_length(self._fd, size)
             if keep != size:

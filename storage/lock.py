@@ -83,8 +83,8 @@ class RunDirLock:
 def holder(directory: Path) -> str | None:
     """Who holds the directory, judged without taking the lock (which would make a sweep
     starting that moment fail): the holder its lock file names, if that process is alive
-    on this host or runs on another (whose processes this one cannot see). None when no
-    live holder is named."""
+    on this host. None when none is named, or it is gone, or it ran on another host
+    (whose processes this one cannot see: the file outlives its holder)."""
     try:
         fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW |
                      os.O_NONBLOCK)
@@ -94,21 +94,20 @@ def holder(directory: Path) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         doc = json.loads(os.pread(fd, 4096, 0))
-        pid, host = doc["pid"], doc["host"]
-        if not isinstance(pid, int) or not isinstance(host, str) or pid <= 0:
+        pid = doc["pid"]
+        if not isinstance(pid, int) or pid <= 0 or doc.get("host") != socket.gethostname():
             return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    finally:
-        os.close(fd)
-    if host == socket.gethostname():
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return None
         except PermissionError:
             pass  # alive, another user's
-    return _describe(doc)
+        return _describe(doc)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def _open(path: Path) -> tuple[int, bool]:
@@ -141,12 +140,12 @@ def _write_holder(fd: int, command: str) -> None:
 def _read_holder(fd: int) -> str:
     try:
         return _describe(json.loads(os.pread(fd, 4096, 0)))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "holder unknown"
 
 
 def _describe(holder: dict[str, object]) -> str:
-    text = f"pid {holder['pid']} on {holder['host']} since {holder['since']}: " \
-        f"{holder['command']}"
+    text = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}: " \
+        f"{holder.get('command')}"
     # Written by the lock's holder, shown on a terminal: no escapes reach it.
     return "".join(c if c.isprintable() else "?" for c in text)

@@ -86,12 +86,32 @@ def read_snapshot(path: Path) -> Snapshot:
         raise SnapshotError(f"{path}: unreadable ({e.why})") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SnapshotError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
-    if snap.state not in ("running", "interrupted", "complete", "failed") or \
-            not isinstance(snap.fingerprint, str) or \
-            not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                    for v in (snap.total, snap.done, *snap.counts.values())):
+    if not _snapshot_intact(snap):
         raise SnapshotError(f"{path}: unreadable (a value of the wrong type or range)")
     return snap
+
+
+def _snapshot_intact(snap: Snapshot) -> bool:
+    """Each field of the type write_snapshot gives it: the checksum proves the file whole,
+    not that this tool wrote it."""
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def of_dicts(v: Any) -> bool:
+        return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, dict)
+                                           for k, x in v.items())
+
+    return snap.state in ("running", "interrupted", "complete", "failed") and \
+        isinstance(snap.fingerprint, str) and count(snap.total) and count(snap.done) and \
+        isinstance(snap.counts, dict) and all(isinstance(k, str) and count(v)
+                                              for k, v in snap.counts.items()) and \
+        finite(snap.written_at) and \
+        (snap.first_dispatch_at is None or finite(snap.first_dispatch_at)) and \
+        isinstance(snap.finalists, list) and all(isinstance(f, dict) for f in snap.finalists) \
+        and isinstance(snap.timeline, dict) and all(isinstance(k, str) and finite(v)
+                                                    for k, v in snap.timeline.items()) \
+        and of_dicts(snap.baseline) and isinstance(snap.sessions, list) and \
+        all(isinstance(s, list) and len(s) == 2 and all(map(finite, s)) for s in snap.sessions)
 
 
 def _best(doc: Any) -> Best:

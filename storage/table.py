@@ -74,6 +74,18 @@ def build_table(
     return table.replace_schema_metadata({k: str(v) for k, v in metadata.items()})
 
 
+def table_problem(schema: pa.Schema) -> str | None:
+    """What keeps a Parquet file's schema from being a trial table's (None: nothing): a
+    record column missing or of another type."""
+    for c in RECORD_COLUMNS:
+        want = TABLE_TYPES.get(c.name, c.type)
+        if c.name not in schema.names:
+            return f"no column {c.name}"
+        if schema.field(c.name).type != want:
+            return f"column {c.name} is {schema.field(c.name).type}, not {want}"
+    return None
+
+
 def records_from_table(path: Path | str) -> tuple[pa.Table, dict[str, str]]:
     """The record columns of a written table, in the journal's form, and its metadata:
     reading them back is far faster than re-parsing the journal they came from."""

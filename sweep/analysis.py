@@ -193,10 +193,21 @@ def analyse(path: Path) -> Analysis:
                         "resume a stopped one to build it)")
     if not is_regular(run.trials):  # pyarrow would block on a FIFO
         raise SpecError(f"{run.trials}: not a regular file")
+    from storage.table import table_problem
+
     try:
         table = pq.read_table(run.trials)
+        problem = table_problem(table.schema)
+        if problem is not None:
+            raise ValueError(f"not a trial table: {problem}")
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
         spec = json.loads(meta.get("spec", "{}"))
+        versions = json.loads(meta.get("versions", "{}"))
+        devices = json.loads(meta.get("devices", "[]"))
+        if not (isinstance(spec, dict) and isinstance(spec.get("space", {}), dict) and
+                isinstance(spec.get("work", {}), dict) and isinstance(versions, dict) and
+                isinstance(devices, list)):
+            raise ValueError("its metadata is not a run's")
         rows = table.to_pylist()
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
         raise SpecError(f"{run.trials}: unreadable ({type(e).__name__}: "
@@ -225,7 +236,8 @@ def analyse(path: Path) -> Analysis:
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
         # run.json's backend has `auto` resolved; its total counts every config.
-        kernel=spec.get("kernel", "?"), backend=run_meta.get("backend", spec.get("backend", "?")),
+        kernel=str(spec.get("kernel", "?")),
+        backend=str(run_meta.get("backend", spec.get("backend", "?"))),
         total=run_meta.get("total", pick.total if pick.total is not None else len(rows)),
         done=len(rows),
         counts=dict(sorted(counts.items())),
@@ -237,8 +249,7 @@ def analyse(path: Path) -> Analysis:
         heatmaps=_heatmaps(ran, positions, space), workers=workers,
         spans=spans, trials=_trials(rows, parameters, ranked, t0),
         sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
-        versions=json.loads(meta.get("versions", "{}")),
-        devices=json.loads(meta.get("devices", "[]")))
+        versions=versions, devices=devices)
 
 
 @dataclass(frozen=True)

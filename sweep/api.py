@@ -79,9 +79,15 @@ class SweepResult:
         """The trial table: one row per config, in index order."""
         import pyarrow.parquet as pq
 
+        from storage.readback import ReadBackError, open_regular
+
         if self.run_dir is None:
             raise FileNotFoundError("this result has no run directory")
-        return pq.read_table(self.run_dir / "trials.parquet")
+        try:  # read through the descriptor checked: a FIFO there never blocks
+            with os.fdopen(open_regular(self.run_dir / "trials.parquet"), "rb") as f:
+                return pq.read_table(f)
+        except ReadBackError as e:
+            raise SpecError(str(e)) from None
 
     def to_pandas(self) -> Any:
         return self.table().to_pandas()

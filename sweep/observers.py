@@ -84,12 +84,13 @@ class TrialsJsonl:
         if path.is_dir() or not where.is_dir() or not os.access(where, os.W_OK) or (
                 path.exists() and not os.access(path, os.W_OK)):
             raise OSError("not a file in a writable directory")
-        if path.is_fifo():  # its open would wait for a reader, the sweep with it
-            os.close(_open_append(path))
         self.path = path
         self._report = report
         self._file: IO[str] | None = None
         self._closed = False
+        if path.is_fifo():  # its open would wait for a reader, the sweep with it; kept
+            # open from here: closing it would end a reader such as `cat` (its EOF)
+            self._file = os.fdopen(_open_append(path), "a", encoding="utf-8")
 
     def on_records(self, records: list[TrialRecord], tally: Tally) -> None:
         if self._closed:

@@ -106,8 +106,9 @@ class GcsWatch:
 # A worker's start waits on the GCS (the actor's registration; the class's export, once),
 # which Ray's client retries for 60 s when the GCS is gone, and then ends the process: a
 # start runs on a thread while the head is watched. A GCS that still accepts connections but
-# has not registered the worker in this long is wedged, and as good as lost.
-START_ANSWER_S = 30.0
+# has not registered the worker in this long is wedged, and as good as lost (long enough
+# for a first export and a runtime environment's set-up on a loaded machine).
+START_ANSWER_S = 120.0
 
 
 class _Creation:

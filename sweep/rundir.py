@@ -34,7 +34,7 @@ from storage.table import build_table, json_metadata, records_from_table, write_
 from sweep.driver import SpentAttempt
 from sweep.search import SearchPlan
 from sweep.space import Space
-from sweep.spec import BACKENDS, MAX_NAME_CHARS, Spec, SpecError
+from sweep.spec import BACKENDS, Spec, SpecError, name_problem
 from sweep.tally import Tally
 
 META = "run.json"
@@ -125,7 +125,11 @@ def read_meta(run: RunDir) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SpecError(f"{run.meta}: unreadable ({type(e).__name__}: {e})") from None
     # Files written before the checksum existed are taken as they are.
-    if "sha256" in meta and meta["sha256"] != _meta_checksum(meta):
+    try:
+        changed = "sha256" in meta and meta["sha256"] != _meta_checksum(meta)
+    except ValueError:  # text no UTF-8 can hold (a lone surrogate): not ours
+        changed = True
+    if changed:
         raise SpecError(f"{run.meta}: changed since the run wrote it (its checksum does not "
                         "match); restore it, or start a new run with sweep run")
     if not isinstance(out["total"], int) or isinstance(out["total"], bool) or \
@@ -133,7 +137,7 @@ def read_meta(run: RunDir) -> dict[str, Any]:
             isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")) \
             or out["backend"] not in BACKENDS:
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
-    if printable(out["name"]) != out["name"] or len(out["name"]) > MAX_NAME_CHARS:
+    if name_problem(out["name"]) is not None:
         raise SpecError(f"{run.meta}: unreadable (its name {printable(out['name'], 40)!r} "
                         "is no run's name)")
     if meta.get("search") is not None:

@@ -363,8 +363,9 @@ class Session:
                          "nothing was written")
                 return EXIT_OK
             for entry in self.gone:
-                say(err, f"the best-config cache has this sweep's best on {entry.device}, "
-                         f"from {entry.run_dir}, which is gone: tuning again")
+                say(err, f"the best-config cache has this sweep's best on "
+                         f"{printable(entry.device)}, from {printable(entry.run_dir, 4096)}, "
+                         "which is gone: tuning again")
             if not self.meta:
                 _note_interpreted_options(self.spec, backend, err)
                 self.meta_search = self._plan_search(backend, placement, err)
@@ -473,9 +474,11 @@ class Session:
                     declared=(spec.declared_fingerprint,), host=socket.gethostname()),
                     unfit=lambda held: not _fits(spec, held))
                 if kept.run_dir != str(self.path.resolve()):
-                    say(err, f"the best-config cache keeps its entry from {kept.run_dir}"
+                    say(err, f"the best-config cache keeps its entry from "
+                             f"{printable(kept.run_dir, 4096)}"
                              f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
-                             f" ms on {kept.device}, this run's best {best.latency_ms:.4g} ms")
+                             f" ms on {printable(kept.device)}, this run's best "
+                             f"{best.latency_ms:.4g} ms")
         except OSError as e:  # the run itself is done and written; only the cache missed it
             say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
@@ -1015,10 +1018,11 @@ def _print_cached(out: Console, spec: Spec, space: Space,
     for e in hits:
         say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel} completed on "
                  f"{printable(e.device)} before; the best any sweep found there is from "
-                 f"{printable(e.run_dir)} "
+                 f"{printable(e.run_dir, 4096)} "
                  f"({time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
         outside = "" if indices_of(space, [e.config]) else " (outside this sweep's space)"
-        say(out, f"  best: {printable(json.dumps(dict(e.config), sort_keys=True))} "
+        config = json.dumps(dict(e.config), sort_keys=True)  # escapes control characters
+        say(out, f"  best: {config} "
                  f"{e.latency_ms:.4g} ms{outside}")
     say(out, "  nothing was run; pass --force to tune again")
 

@@ -604,18 +604,25 @@ def _read_replay(r: _Reader, options: ReplayOptions) -> tuple[ReplayOptions, str
 
 def _read_name(r: _Reader, name: Any) -> str:
     """The run's name, which becomes a directory under runs/ (see rundir.default_out)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise r.fail("name", problem)
+    return str(name)
+
+
+def name_problem(name: Any) -> str | None:
+    """What makes `name` no run's name (None: nothing): run.json's is checked by the same
+    rule as a spec's."""
     if not isinstance(name, str) or not name:
-        raise r.fail("name", f"expected a non-empty string, got {clip_repr(name)}")
+        return f"expected a non-empty string, got {clip_repr(name)}"
     if len(name) > MAX_NAME_CHARS:
-        raise r.fail("name", f"expected at most {MAX_NAME_CHARS} characters, "
-                             f"got {len(name):,}")
+        return f"expected at most {MAX_NAME_CHARS} characters, got {len(name):,}"
     if name in (".", ".."):
-        raise r.fail("name", f"expected a name for the run directory, got {name!r}")
+        return f"expected a name for the run directory, got {name!r}"
     for c in name:
         if c in "/\\" or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
-            raise r.fail("name", f"{c!r} cannot be part of the run directory's name, "
-                                 f"got {clip_repr(name)}")
-    return name
+            return f"{c!r} cannot be part of the run directory's name, got {clip_repr(name)}"
+    return None
 
 
 def _read_kernel(r: _Reader, kernel_name: Any) -> str:

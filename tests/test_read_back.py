@@ -314,20 +314,29 @@ def test_a_trials_jsonl_fifo_without_a_reader_is_refused_at_once(ray_address, tm
 
 
 def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(ray_address, tmp_path):
+    from sweep.observers import TrialsJsonl
+
     fifo = tmp_path / "trials.fifo"
     os.mkfifo(fifo)
-    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
-    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
-    # The refusal opens the FIFO too: the reader must outlive that open, which cat does
-    # only while a writer is still to come; hold one open meanwhile.
-    keep = os.open(fifo, os.O_WRONLY)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        # The check holds the FIFO open as it found it: a reader such as cat ends at the
+        # EOF that closing the last writer gives.
+        jsonl = TrialsJsonl(fifo)
+        with pytest.raises(BlockingIOError):  # a writer there, nothing written yet
+            os.read(reader, 1)
+        jsonl.close()
+        assert os.read(reader, 1) == b""  # EOF: no writer left
+        spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
         done = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
                           "--trials-jsonl", fifo, timeout=60)
+        assert done.returncode == 0, done.stderr
+        data = b""
+        while chunk := os.read(reader, 1 << 16):  # 40 lines: within the pipe's buffer
+            data += chunk
     finally:
-        os.close(keep)
-    lines = reader.communicate(timeout=30)[0].splitlines()
-    assert done.returncode == 0, done.stderr
+        os.close(reader)
+    lines = data.decode().splitlines()
     assert sorted(json.loads(line)["index"] for line in lines) == list(range(40))
 
 
@@ -385,3 +394,65 @@ def test_the_checks_read_what_this_tool_writes(ray_address, finished, tmp_path):
     assert spec.kernel == "matmul"
     (entry,) = cache.of_kernel("matmul", finished.parent / "cache" / "best")
     assert asdict(entry)["config"] == json.loads((out / "best.json").read_text())["config"]
+
+
+def test_a_run_name_a_spec_accepts_is_read_back_from_run_json(ray_address, finished,
+                                                               tmp_path):
+    out = sim_run(tmp_path, finished)
+    meta = json.loads((out / "run.json").read_text())
+    del meta["sha256"]
+    (out / "run.json").write_text(json.dumps({**meta, "name": "run\u00a0one"}))
+    done = sweep_proc("resume", out, "--address", ray_address)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_entry_that_cannot_answer_is_dropped_with_the_sweeps_it_answered():
+    wide = CacheEntry(kernel="k", kernel_source="s", problem={}, backend="interpret",
+                      device="d", config={"A": 1, "B": 2, "C": 3}, latency_ms=1.0,
+                      fingerprint="WIDE", run_dir="/w", partial=False, written_at=1.7e9,
+                      runs=("WIDE",))
+    cache.store(wide)
+    narrow = CacheEntry(**{**asdict(wide), "config": {"A": 1, "B": 2}, "latency_ms": 2.0,
+                           "fingerprint": "NARROW", "runs": ("NARROW",)})
+    kept, _ = cache.store(narrow, unfit=lambda held: not set(held.config) <= {"A", "B"})
+    # The wide sweep is no longer answered with the narrow one's slower best.
+    assert (dict(kept.config), kept.runs) == ({"A": 1, "B": 2}, ("NARROW",))
+
+
+def test_a_lock_file_naming_no_live_holder_here_accuses_no_one(tmp_path):
+    import socket
+
+    from storage.lock import LOCK_NAME, holder
+
+    lock = tmp_path / LOCK_NAME
+    for doc in ({"pid": os.getpid(), "host": socket.gethostname()},  # fields missing
+                {"pid": os.getpid(), "host": "another-host", "since": "x", "command": "y"},
+                [1, 2], "text"):
+        lock.write_text(json.dumps(doc))
+        assert holder(tmp_path) == (
+            f"pid {os.getpid()} on {socket.gethostname()} since None: None"
+            if doc == {"pid": os.getpid(), "host": socket.gethostname()} else None)
+
+
+@pytest.mark.parametrize("changes", [{"counts": [1]}, {"timeline": {"x": "y"}},
+                                     {"sessions": [[1]]}, {"finalists": {"a": 1}}])
+def test_a_snapshot_of_the_wrong_shape_is_unreadable_not_a_traceback(tmp_path, changes):
+    from storage.snapshot import Snapshot, SnapshotError, read_snapshot, write_snapshot
+
+    path = tmp_path / "snapshot.json"
+    write_snapshot(path, Snapshot("complete", "f", 1, 1, {"ok": 1}, None))
+    doc = json.loads(path.read_text())
+    body = {**doc["snapshot"], **changes}
+    from storage.snapshot import _checksum  # the checksum proves a file whole, no more
+    path.write_text(json.dumps({"snapshot": body, "sha256": _checksum(body)}))
+    with pytest.raises(SnapshotError, match="unreadable"):
+        read_snapshot(path)
+
+
+def test_sweep_report_of_a_foreign_table_is_one_line(ray_address, finished, tmp_path):
+    out = sim_run(tmp_path, finished)
+    pq.write_table(pa.table({"index": [0], "config": ["{}"]}), out / "trials.parquet")
+    done = sweep_proc("report", out)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "not a trial table: no column status" in line, line
