@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.readback import printable
+
 LOCK_NAME = ".sweep.lock"
 
 
@@ -147,5 +149,4 @@ def _read_holder(fd: int) -> str:
 def _describe(holder: dict[str, object]) -> str:
     text = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}: " \
         f"{holder.get('command')}"
-    # Written by the lock's holder, shown on a terminal: no escapes reach it.
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable(text, 400)  # written by the lock's holder, shown on a terminal

@@ -59,13 +59,14 @@ class Snapshot:
     sessions: list[list[float]] = field(default_factory=list)
 
 
-def _checksum(body: dict[str, Any]) -> str:
+def checksum(body: dict[str, Any]) -> str:
+    """SHA-256 of a JSON body in canonical form: what a state file carries to prove itself whole."""
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 def write_snapshot(path: Path, snapshot: Snapshot) -> None:
     body = asdict(snapshot)
-    doc = {"snapshot": body, "sha256": _checksum(body)}
+    doc = {"snapshot": body, "sha256": checksum(body)}
     write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
@@ -73,7 +74,7 @@ def read_snapshot(path: Path) -> Snapshot:
     try:
         doc = read_json(path)
         body = doc["snapshot"]
-        if doc["sha256"] != _checksum(body):
+        if doc["sha256"] != checksum(body):
             raise SnapshotError(f"{path}: checksum mismatch (file damaged)")
         best = _best(body["best"]) if body["best"] is not None else None
         # A snapshot from before `by_device` existed: its best was its one device's.

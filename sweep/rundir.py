@@ -5,7 +5,6 @@ journal."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import platform
 import threading
@@ -28,8 +27,8 @@ from storage.journal import (
 )
 from storage.lines import encode, encode_attempt
 from storage.readback import ReadBackError, printable, read_json
-from storage.records import TrialRecord, canonical_json
-from storage.snapshot import RunState, Snapshot, write_best, write_snapshot
+from storage.records import TrialRecord
+from storage.snapshot import RunState, Snapshot, checksum, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
 from sweep.driver import SpentAttempt
 from sweep.search import SearchPlan
@@ -110,8 +109,7 @@ def create(run: RunDir, spec: Spec, total: int, backend: str,
 def _meta_checksum(meta: dict[str, Any]) -> str:
     """Over everything run.json decides (the search's plan too, which the fingerprint
     does not cover): an edit would silently change what a resume runs."""
-    body = {k: v for k, v in meta.items() if k != "sha256"}
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    return checksum({k: v for k, v in meta.items() if k != "sha256"})
 
 
 def read_meta(run: RunDir) -> dict[str, Any]:

@@ -413,7 +413,7 @@ def test_a_complete_run_from_before_best_per_device_type_resumes_as_intact(
     (out / "best.json").write_text(json.dumps(best, indent=2) + "\n")
     doc = json.loads((out / "snapshot.json").read_text())
     del doc["snapshot"]["by_device"]
-    doc["sha256"] = snapshot_module._checksum(doc["snapshot"])
+    doc["sha256"] = snapshot_module.checksum(doc["snapshot"])
     (out / "snapshot.json").write_text(json.dumps(doc, indent=2) + "\n")
     before = files(out)
     capsys.readouterr()
