@@ -50,22 +50,24 @@ class Child:
 
 
 def _python(code: str, *args: str, pass_fds: tuple[int, ...] = (),
-            env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
-            ) -> subprocess.Popen:
+            env: dict[str, str] | None = None, stderr: IO[bytes] | None = None,
+            stdout: IO[bytes] | None = None) -> subprocess.Popen:
     # `-c` puts the current directory first on sys.path, where a user's folder could
     # shadow this project's packages: take it off.
     return subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
-         + code, *args], pass_fds=pass_fds, start_new_session=True, env=env, stderr=stderr)
+         + code, *args], pass_fds=pass_fds, start_new_session=True, env=env, stderr=stderr,
+        stdout=stdout)
 
 
 def start_detached(entry: str, *args: str, env: dict[str, str],
-                   stderr: IO[bytes] | None = None) -> subprocess.Popen:
+                   stderr: IO[bytes] | None = None,
+                   stdout: IO[bytes] | None = None) -> subprocess.Popen:
     """Run entry ("module:function") as function(*args) in a new process of its own
     session, with no pipes: it talks through whatever its arguments name."""
     module, _, function = entry.partition(":")
     return _python(f"from {module} import {function}; {function}(*sys.argv[1:])", *args,
-                   env=env, stderr=stderr)
+                   env=env, stderr=stderr, stdout=stdout)
 
 
 def start(entry: str, payload: str, *, stderr: IO[bytes] | None = None,

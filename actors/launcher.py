@@ -87,6 +87,9 @@ def _serve(inbox: Connection, outbox: Connection, backend: Any) -> None:
 # A launcher makes its socket within a moment of starting, long before a worker exists;
 # one without a socket after this long was adopted already (by a worker since replaced).
 ADOPT_WAIT_S = 5.0
+# Names the launcher begun early (sweep/prestart.py) that an interpreter's worker adopts, in
+# its environment; a GPU's worker adopts the one of its CUDA_VISIBLE_DEVICES.
+LAUNCHER_ENV = "SWEEP_LAUNCHER"
 
 
 class LauncherDied(Exception):

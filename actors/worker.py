@@ -148,12 +148,12 @@ def make_backend(settings: WorkerSettings, kind: str = "") -> Backend:
         from actors.replay import ReplayBackend
 
         return ReplayBackend.load(settings.replay)
-    from actors.launcher import Launcher
+    from actors.launcher import LAUNCHER_ENV, Launcher
 
-    # Ray gives a GPU actor its GPU's id in CUDA_VISIBLE_DEVICES.
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return Launcher(launcher_payload(settings),
-                    adopt=settings.prestarted.get(gpu) if settings.backend == "cuda" else None)
+    # Ray gives a GPU actor its GPU's id in CUDA_VISIBLE_DEVICES, as the local runtime
+    # does; it names an interpreter's worker's launcher in LAUNCHER_ENV.
+    key = os.environ.get(LAUNCHER_ENV) or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return Launcher(launcher_payload(settings), adopt=settings.prestarted.get(key))
 
 
 def launcher_payload(settings: WorkerSettings) -> str:

@@ -14,8 +14,13 @@ one of 1,000,000; the sustained rate is (large - small) / (its span - small's sp
 that start-up and the fixed costs cancel, and the large run's peak resident memory (the
 driver process, from getrusage) is recorded.
 
+As a user sees it (since the embedded runtime): the whole command's wall time of a
+100,000-config run less that of a 100-config run, over 99,900, with 8 simulated workers at
+trial_ms 0, on the local runtime and on a private Ray instance (started by each command,
+as `sweep run` without a cluster did before), 3 pairs each, in turns.
+
 Usage: python benchmarks/driver_throughput.py [--out benchmarks/results] [--name NAME]
-       [--only scale] [--large N]
+       [--only scale|user] [--large N]
 (--name: the result's name, e.g. for a baseline run from another checkout)
 """
 
@@ -45,7 +50,9 @@ ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"
 ADDRESS = "127.0.0.1:6392"
 
 
-def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") -> dict:
+def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "",
+        runtime: str = "joined") -> dict:
+    """runtime: joined (the head start_head began), local, or ray (a private instance)."""
     name = f"w{workers}-t{trial_ms:g}-n{trials}{tag}"
     spec = tmp / f"{name}.yaml"
     # A product of two lists: a million-entry list would take PyYAML longer than the run.
@@ -59,10 +66,12 @@ def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") ->
     out = tmp / name
     t0 = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    where = {"joined": ["--runtime", "ray", "--address", ADDRESS],
+             "local": ["--runtime", "local"], "ray": ["--runtime", "ray"]}[runtime]
+    env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}
     with WorkerCpu() as workers_cpu:
         proc = subprocess.run([sys.executable, "-m", "sweep", "run", spec, "--out", out,
-                               "--address", ADDRESS], cwd=ROOT, env=ENV,
-                              capture_output=True, text=True)
+                               *where], cwd=ROOT, env=env, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     command_s = time.monotonic() - t0
     if proc.returncode != 0:
@@ -74,7 +83,8 @@ def one(tmp: Path, workers: int, trial_ms: float, trials: int, tag: str = "") ->
     # The largest resident set of any run so far: runs go from small to large.
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     driver_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"workers": workers, "trial_ms": trial_ms, "trials": trials, "seconds": seconds,
+    return {"runtime": runtime, "workers": workers, "trial_ms": trial_ms, "trials": trials,
+            "seconds": seconds,
             "command_s": command_s, "peak_rss_mb_so_far": peak_mb,
             "driver_cpu_s": driver_cpu, "workers_cpu_s": workers_cpu.seconds,
             "trials_per_s": rate, "efficiency": rate / ideal if ideal else None}
@@ -109,7 +119,8 @@ class WorkerCpu:
         while not self._done.wait(0.2):
             for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
                 try:
-                    if b"TrialWorker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    line = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"TrialWorker" not in line and b"worker_host" not in line:
                         continue
                     stat = Path(f"/proc/{pid}/stat").read_text()
                 except OSError:
@@ -157,11 +168,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--name", default="driver_throughput")
-    ap.add_argument("--only", choices=("scale",), help="just the scale runs")
+    ap.add_argument("--only", choices=("scale", "user"),
+                    help="just the scale runs, or just the whole-command ones")
     ap.add_argument("--large", type=int, default=1_000_000,
                     help="trials of the scale section's large run (a multiple of 1000)")
     args = ap.parse_args()
-    runs, scale = [], []
+    runs, scale, user = [], [], []
+    if args.only == "user":
+        with tempfile.TemporaryDirectory() as tmp_name:
+            user = as_a_user(Path(tmp_name), runs)
+        result = {**record.header(args.name), "commit": commit(), "runs": runs, "user": user}
+        print(f"written {record.write(result, args.out)}")
+        return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         head = start_head(tmp)
@@ -184,6 +202,22 @@ def main() -> None:
             stop_head(head)
     result = {**record.header(args.name), "commit": commit(), "runs": runs, "scale": scale}
     print(f"written {record.write(result, args.out)}")
+
+
+def as_a_user(tmp: Path, runs: list[dict], pairs: int = 3) -> list[dict]:
+    """(wall of 100,000 trials - wall of 100) / 99,900 per runtime, in turns."""
+    out = []
+    for k in range(pairs):
+        for runtime in ("local", "ray"):
+            small = one(tmp, 8, 0, 100, f"-{runtime}-{k}", runtime)
+            large = one(tmp, 8, 0, 100_000, f"-{runtime}-{k}", runtime)
+            runs += [small, large]
+            out.append({"runtime": runtime, "pair": k,
+                        "small_command_s": small["command_s"],
+                        "large_command_s": large["command_s"],
+                        "trials_per_s": 99_900 / (large["command_s"] - small["command_s"])})
+            print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def commit() -> str:

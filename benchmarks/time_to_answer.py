@@ -9,14 +9,20 @@ timeline (snapshot.json) to show where the seconds went.
 (b) The 600-config space of gpu_sweep.py (b), on 1 to --gpus GPUs, empty caches; the trial
     tables are kept as replay inputs (benchmarks/tables/).
 (c) Every ok config of (a) re-timed interleaved, to see how far each pick is from the best.
+(t) The embedded runtime's targets, one GPU: `python -c "import torch, triton"`, then
+    `triton.autotune` over the 64 configs (the baseline, empty Triton cache), then `sweep run`
+    on the local runtime (the default) with an empty Triton cache, warm, and answered by
+    the best-config cache; `--runtime ray` starting its own Ray (the old default), and
+    against a running `ray start` head (`--address`), each with an empty Triton cache.
 
 Usage (on the GPU machine):
-    python3 benchmarks/time_to_answer.py --gpus N --out DIR [--tables DIR] [--only abc]
+    python3 benchmarks/time_to_answer.py --gpus N --out DIR [--tables DIR] [--only abct]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -36,8 +42,9 @@ from benchmarks.gpu_sweep import SPEC_600, autotune_baseline  # noqa: E402
 
 
 def command(spec: dict, tmp: Path, name: str, cache: Path, *extra: str,
-            env_extra: dict[str, str] | None = None) -> dict:
-    """`python -m sweep run` as a user runs it; its wall clock, phases and picks."""
+            env_extra: dict[str, str] | None = None, force: bool = True) -> dict:
+    """`python -m sweep run` as a user runs it; its wall clock, phases and picks (a run
+    the best-config cache answered has only its wall clock and summary)."""
     spec_path = tmp / f"{name}.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     out = tmp / name
@@ -45,11 +52,14 @@ def command(spec: dict, tmp: Path, name: str, cache: Path, *extra: str,
            **(env_extra or {})}
     launched = time.time()
     proc = subprocess.run([sys.executable, "-m", "sweep", "run", spec_path, "--out", out,
-                           "--force", *extra], cwd=tmp, env=env, capture_output=True, text=True,
-                          timeout=400)
+                           *(["--force"] if force else []), *extra], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=400)
     exited = time.time()
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    if not (out / "snapshot.json").exists():  # answered by the best-config cache
+        return {"name": name, "command_s": exited - launched, "summary": proc.stdout,
+                "stderr": proc.stderr}
     snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
     best = json.loads((out / "best.json").read_text())
     import pyarrow.parquet as pq
@@ -84,25 +94,62 @@ def idle(rows: list[dict]) -> dict:
     return out
 
 
-def address_runs(a: dict, spec: dict, tmp: Path, save: Callable[[], None]) -> None:
-    """Against a Ray instance that is already up (`ray start --head`)."""
-    # Token authentication (Ray's default for `ray start`) is issue #11's: off here.
+@contextlib.contextmanager
+def ray_head(record: dict) -> Iterator[str]:
+    """A Ray instance already up (`ray start --head`, token authentication off) for the
+    block; its address. record gets the start's exit code."""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     started = subprocess.run([*ray_cli, "start", "--head", "--include-dashboard=false",
                               "--port=6399"], env=env, capture_output=True, text=True)
-    a["ray_start_rc"] = started.returncode
+    record["ray_start_rc"] = started.returncode
     try:
-        for name in ("address_empty", "address_warm"):
-            a[name] = command(spec, tmp, name, tmp / "cache-address",
-                              "--address", "127.0.0.1:6399")
-            print(name, round(a[name]["command_s"], 2),
-                  {k: round(v, 2) for k, v in a[name]["phases_s"].items()}, flush=True)
-            save()
+        yield "127.0.0.1:6399"
     finally:
         subprocess.run([*ray_cli, "stop", "--force"], env=env, capture_output=True)
         del os.environ["RAY_AUTH_MODE"]
+
+
+def address_runs(a: dict, spec: dict, tmp: Path, save: Callable[[], None]) -> None:
+    """Against a Ray instance that is already up (`ray start --head`)."""
+    with ray_head(a) as address:
+        for name in ("address_empty", "address_warm"):
+            a[name] = command(spec, tmp, name, tmp / "cache-address", "--address", address)
+            print(name, round(a[name]["command_s"], 2),
+                  {k: round(v, 2) for k, v in a[name]["phases_s"].items()}, flush=True)
+            save()
+
+
+def targets(t: dict, base: dict, configs: list[dict], tmp: Path,
+            save: Callable[[], None]) -> None:
+    """(t): every figure a whole command's wall clock, in one call."""
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", "import torch, triton"], check=True)
+    t["import_torch_triton_s"] = time.time() - t0
+    t0 = time.time()
+    t["autotune"] = autotune_baseline(configs, tmp / "cache-t-autotune")
+    t["autotune"]["command_s"] = time.time() - t0
+    print("autotune", round(t["autotune"]["command_s"], 2), flush=True)
+    save()
+    best_cache = {"SWEEP_CACHE_DIR": str(tmp / "best-cache")}
+    runs = [("local_empty", tmp / "cache-t-local", (), True),
+            ("local_warm", tmp / "cache-t-local", (), True),
+            ("local_cached", tmp / "cache-t-local", (), False),
+            ("ray_own_empty", tmp / "cache-t-ray", ("--runtime", "ray"), True)]
+    for name, cache, extra, force in runs:
+        t[name] = command(base, tmp, name, cache, *extra, env_extra=best_cache, force=force)
+        print(name, round(t[name]["command_s"], 2),
+              {k: round(v, 2) for k, v in t[name].get("phases_s", {}).items()}, flush=True)
+        save()
+    with ray_head(t) as address:
+        t["ray_head_empty"] = command(base, tmp, "ray_head_empty", tmp / "cache-t-head",
+                                      "--address", address, env_extra=best_cache)
+        print("ray_head_empty", round(t["ray_head_empty"]["command_s"], 2),
+              {k: round(v, 2) for k, v in t["ray_head_empty"]["phases_s"].items()},
+              flush=True)
+        save()
+    t["speedup_vs_autotune"] = t["autotune"]["command_s"] / t["local_empty"]["command_s"]
 
 
 def with_workers(spec: dict, gpus: int) -> dict:
@@ -134,6 +181,9 @@ def main() -> None:
     configs_a = [space_a.config(i) for i in range(len(space_a))]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        if "t" in args.only:
+            result["t"] = {}
+            targets(result["t"], base, configs_a, tmp, save)
         if "a" in args.only:
             a = result["a"] = {}
             t0 = time.time()

@@ -69,6 +69,10 @@ class CacheEntry:
     declared: tuple[str, ...] = ()
     # The host whose disk run_dir is on ("": not recorded, written before hosts were).
     host: str = ""
+    # The kernel's source files and the SHA-256 of each ({}: written before they were):
+    # unchanged, they let a sweep be answered without importing the kernel (see
+    # answered_by_files).
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def run_gone(self) -> bool:
@@ -156,7 +160,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "partial": lambda v: isinstance(v, bool),
     # Seconds since 1970, up to the year 5000: a time strftime can print.
     "written_at": lambda v: finite(v, low=0.0, high=1e11),
-    "runs": _texts, "declared": _texts,
+    "runs": _texts, "declared": _texts, "sources": _mapping_of(_text),
 }
 
 
@@ -207,6 +211,21 @@ def declared_somewhere(kernel: str, declared: str, root: Path | None = None) -> 
     root = root or cache_dir()
     return any(e is not None and e.kernel == kernel and declared in e.declared
                for e in map(read, sorted(root.glob("*.json")) if root.is_dir() else []))
+
+
+def answered_by_files(kernel: str, declared: str, backend: str, origin: str,
+                      file_digest: Callable[[str], str],
+                      root: Path | None = None) -> list[CacheEntry]:
+    """Complete entries for a sweep with this declared fingerprint on this backend whose
+    kernel source files are unchanged (each file's digest, as file_digest gives it, the
+    one recorded) and among them the file the kernel's module would be imported from now
+    (origin: not another checkout's): the same declared spec over the same source merges
+    the same kernel defaults, so these answer it as a lookup after importing the kernel
+    would, from files alone."""
+    return [e for e in of_kernel(kernel, root)
+            if declared in e.declared and e.backend == backend and not e.partial
+            and origin in e.sources
+            and all(file_digest(p) == d for p, d in e.sources.items())]
 
 
 def of_kernel(kernel: str, root: Path | None = None) -> list[CacheEntry]:

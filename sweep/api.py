@@ -24,7 +24,7 @@ from rich.console import Console
 
 from sweep.constraints import clip_repr
 from sweep.observers import TrialCallback, TrialsJsonl
-from sweep.spec import BACKENDS, SpecError
+from sweep.spec import BACKENDS, RUNTIMES, SpecError
 from sweep.stop import StopController
 
 if TYPE_CHECKING:
@@ -94,7 +94,8 @@ class SweepResult:
 
 
 def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = None,
-        address: str | None = None, max_trials: int | None = None,
+        address: str | None = None, runtime: str | None = None,
+        max_trials: int | None = None,
         time_budget_s: float | None = None, cache_partial: bool = False, force: bool = False,
         on_trial: Callable[[dict[str, Any]], object] | None = None,
         trials_jsonl: str | Path | None = None, quiet: bool = False,
@@ -119,17 +120,18 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
         raise SpecError(f"backend: expected one of {', '.join(BACKENDS)} or None, "
                         f"got {clip_repr(backend)}")
     _flag(force, "force")
-    _common(address, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet, stop)
+    _common(address, runtime, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet,
+            stop)
     with _spec_file(spec) as (path, shown):
         return _call(lambda request, stop, o, e, t0: invoke(
             "run", path, request, stop, o, e, t0, out_dir=out_dir,
-            backend=backend, label="sweep.api.run()"),
-            _request(address, max_trials, time_budget_s, cache_partial, force, on_trial,
-                     trials_jsonl),
+            backend=backend, label="sweep.api.run()", callers_ray=True),
+            _request(address, runtime, max_trials, time_budget_s, cache_partial, force,
+                     on_trial, trials_jsonl),
             quiet, stop, rename=(str(path), shown) if shown else None)
 
 
-def resume(run_dir: str | Path, *, address: str | None = None,
+def resume(run_dir: str | Path, *, address: str | None = None, runtime: str | None = None,
            max_trials: int | None = None, time_budget_s: float | None = None,
            cache_partial: bool = False, retry: str | Sequence[str] = (),
            on_trial: Callable[[dict[str, Any]], object] | None = None,
@@ -140,7 +142,8 @@ def resume(run_dir: str | Path, *, address: str | None = None,
     from sweep.cli import retry_statuses
 
     path = _required_path(run_dir, "run_dir")
-    _common(address, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet, stop)
+    _common(address, runtime, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet,
+            stop)
     if not isinstance(retry, str) and not (
             isinstance(retry, (list, tuple, set, frozenset))
             and all(isinstance(s, str) for s in retry)):
@@ -150,9 +153,9 @@ def resume(run_dir: str | Path, *, address: str | None = None,
     statuses = retry_statuses(text, "retry") if text else frozenset()
     return _call(lambda request, stop, o, e, t0: invoke(
         "resume", path, request, stop, o, e, t0, retry=statuses,
-        label="sweep.api.resume()"),
-        _request(address, max_trials, time_budget_s, cache_partial, False, on_trial,
-                 trials_jsonl), quiet, stop)
+        label="sweep.api.resume()", callers_ray=True),
+        _request(address, runtime, max_trials, time_budget_s, cache_partial, False,
+                 on_trial, trials_jsonl), quiet, stop)
 
 
 def load(run_dir: str | Path) -> SweepResult:
@@ -168,9 +171,14 @@ def load(run_dir: str | Path) -> SweepResult:
 def invoke(command: str, target: Path, request: Request, stop: StopController, out: Console,
            err: Console, started: float, *, out_dir: Path | None = None,
            backend: str | None = None, retry: frozenset[str] = frozenset(),
-           label: str = "") -> tuple[int, Session]:
+           label: str = "", shut_down: bool = True,
+           callers_ray: bool = False) -> tuple[int, Session]:
     """`sweep run` (target: the spec) or `sweep resume` (target: the run directory), as
-    the CLI and the API both do it. Returns the exit code and the session."""
+    the CLI and the API both do it. Returns the exit code and the session. shut_down:
+    whether a Ray this call connects is shut down at its end (the CLI's process ends
+    instead, without waiting on it). callers_ray: a Ray the caller connected counts as
+    naming a cluster (the Python API's calls)."""
+    from sweep import engines
     from sweep.report import say
     from sweep.session import Session
 
@@ -178,7 +186,13 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, o
                              replace_run=request.force, say_line=lambda line: say(err, line))
                if command == "run" else Session.reopen(target, err, label or command))
     session.retry = retry
-    return session.execute(request, stop, out, err, started=started), session
+    try:
+        engine = engines.choose(request.runtime, session.spec.run.runtime, request.address,
+                                shut_down, callers_ray)
+    except BaseException:
+        session.release()
+        raise
+    return session.execute(request, stop, out, err, engine, started=started), session
 
 
 def observers(on_trial: Callable[[dict[str, Any]], object] | None,
@@ -227,7 +241,7 @@ def _flag(value: object, name: str) -> None:
         raise SpecError(f"{name}: expected True or False, got {clip_repr(value)}")
 
 
-def _common(address: object, max_trials: object, time_budget_s: object,
+def _common(address: object, runtime: object, max_trials: object, time_budget_s: object,
             cache_partial: object, trials_jsonl: object, quiet: object,
             stop: object) -> None:
     """The options run() and resume() share, checked before anything is opened or
@@ -235,6 +249,9 @@ def _common(address: object, max_trials: object, time_budget_s: object,
     if address is not None and not isinstance(address, str):
         raise SpecError(f"address: expected a Ray address (a str) or None, "
                         f"got {clip_repr(address)}")
+    if runtime is not None and runtime not in RUNTIMES:
+        raise SpecError(f"runtime: expected one of {', '.join(RUNTIMES)} or None, "
+                        f"got {clip_repr(runtime)}")
     check_limits(max_trials, time_budget_s,  # type: ignore[arg-type]
                  ("max_trials", "time_budget_s"))
     _flag(cache_partial, "cache_partial")
@@ -244,14 +261,16 @@ def _common(address: object, max_trials: object, time_budget_s: object,
         raise SpecError(f"stop: expected a threading.Event or None, got {clip_repr(stop)}")
 
 
-def _request(address: str | None, max_trials: int | None, time_budget_s: float | None,
+def _request(address: str | None, runtime: str | None, max_trials: int | None,
+             time_budget_s: float | None,
              cache_partial: bool, force: bool,
              on_trial: Callable[[dict[str, Any]], object] | None,
              trials_jsonl: str | Path | None) -> Request:
     from sweep.session import Request
 
     check_limits(max_trials, time_budget_s, ("max_trials", "time_budget_s"))
-    return Request(address=address, max_trials=max_trials, time_budget_s=time_budget_s,
+    return Request(address=address, runtime=runtime, max_trials=max_trials,
+                   time_budget_s=time_budget_s,
                    cache_partial=cache_partial, force=force,
                    observers=tuple(observers(on_trial, trials_jsonl)))
 

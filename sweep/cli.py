@@ -63,9 +63,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", choices=("auto", "local", "ray"),
+                   help="where workers run: local (processes of this machine, no Ray), ray, "
+                        "or auto (the default, and run.runtime's): Ray where --address, "
+                        "RAY_ADDRESS or a `ray start` head on this machine names a cluster, "
+                        "else local")
     p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else one "
-                                     "`ray start` began on this machine, else a private "
-                                     "local instance; `local` for that one)")
+                                     "`ray start` began on this machine); `local` starts a "
+                                     "private Ray instance")
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this invocation, then stop resumably")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -89,14 +94,15 @@ def main(argv: list[str] | None = None, *, stop: StopController | None = None,
     stop.install()  # again: Ray's import may have replaced them
     try:
         return _main(args, stop, Console(), Console(stderr=True),
-                     started if started is not None else time.monotonic())
+                     started if started is not None else time.monotonic(),
+                     own_process=not own)
     finally:
         if own:
             stop.restore()
 
 
 def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console,
-          started: float) -> int:
+          started: float, own_process: bool = False) -> int:
     from storage.journal import JournalError
     from storage.lock import RunDirBusy
     from sweep.spec import SpecError
@@ -127,16 +133,19 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
         watching = observers(None, args.trials_jsonl,
                              lambda message: say(err, f"warning: {message}"), "--trials-jsonl")
         request = Request(
-            address=args.address, max_trials=args.max_trials, time_budget_s=args.time_budget,
+            address=args.address, runtime=args.runtime, max_trials=args.max_trials,
+            time_budget_s=args.time_budget,
             cache_partial=args.cache_partial, force=getattr(args, "force", False),
             observers=tuple(watching))
         try:
             if args.command == "run":
                 code, _ = invoke("run", args.spec, request, stop, out, err, started,
-                                 out_dir=args.out, backend=args.backend, label=command)
+                                 out_dir=args.out, backend=args.backend, label=command,
+                                 shut_down=not own_process)
             else:
                 code, _ = invoke("resume", args.dir, request, stop, out, err, started,
-                                 retry=retry_statuses(args.retry), label=command)
+                                 retry=retry_statuses(args.retry), label=command,
+                                 shut_down=not own_process)
         finally:
             for observer in watching:
                 observer.close()

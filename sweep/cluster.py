@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -19,9 +17,10 @@ from typing import Any
 
 import ray
 
-from sweep import SweepFailed
+from sweep import SweepFailed, machine
+from sweep.placement import kinds_for
 from sweep.ray_runtime import TYPE_RESOURCE
-from sweep.runtime import Placement
+from sweep.runtime import ConnectAbandoned, Placement
 from sweep.spec import Spec, SpecError
 
 CONNECT_TIMEOUT_S = 30.0  # to join an existing cluster; a local start has no such limit
@@ -35,12 +34,6 @@ RAYLET_WAIT_S = 30  # Ray's own, not configurable (raylet_start_wait_time_s, nod
 # worker's sys.path, where a user's own `storage/` or `actors/` folder would replace this
 # project's packages. The directory holding this project's packages is safe there.
 NEUTRAL_DIR = Path(__file__).resolve().parent.parent
-
-
-class ConnectAbandoned(Exception):
-    """A stop was asked for, or the cluster did not answer, while Ray was still joining
-    it (the thread inside ray.init cannot be interrupted and is left behind), or a stop
-    was asked for while a local instance started (what it had started is ended)."""
 
 
 class RayStartFailed(SweepFailed):
@@ -65,6 +58,20 @@ def mark_lost() -> None:
 
 def lost() -> bool:
     return _lost.is_set()
+
+
+_private = threading.Event()  # this process started a private local instance
+
+
+def end_private_now() -> None:
+    """SIGKILL every process of the private instance this process started (not a cluster
+    it joined): the CLI's end, once everything is written, without ray.shutdown's
+    handshake (2-3.5 s). Its GCS and raylet would die with this process anyway; the
+    processes they started need not."""
+    if _private.is_set():
+        for pid in _rays_children(set()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def abandoned() -> bool:
@@ -179,7 +186,9 @@ def _connect(address: str | None, stop_requested: Callable[[], bool],
     common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
     if joining is not None:
         if (address or os.environ.get("RAY_ADDRESS") or "auto") == "auto":
-            say(f"joining the Ray cluster started on this machine at {joining} "
+            token = _send_token_here(joining)
+            sending = f" with the token in {token}" if token else ""
+            say(f"joining the Ray cluster started on this machine at {joining}{sending} "
                 "(--address local starts a private one instead)")
         named = _named_by(address)
 
@@ -195,6 +204,7 @@ def _connect(address: str | None, stop_requested: Callable[[], bool],
         say(why)
     with _neutral_cwd(), _without_rays_sigterm_handler():
         _start_local(stop_requested, say, common)
+    _private.set()
     return True
 
 
@@ -420,28 +430,11 @@ def starts_local(address: str | None) -> bool:
 
 
 def _started_here() -> str | None:
-    """The address `ray start --head` recorded on this machine, if this user started it
-    and something listens there: a cluster that was killed leaves its record behind, and
-    one another user started on a shared host is theirs (see not_joined)."""
-    path = _address_file()
-    if _record_owner(path) != os.getuid():
-        return None
-    try:
-        found = path.read_text().strip()
-    except OSError:
-        return None
-    host, _, port = found.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
-            return found
-    except (OSError, ValueError):
-        return None
+    return machine.ray_head_here(PROBE_TIMEOUT_S, _address_file())
 
 
 def _address_file() -> Path:
-    utils = getattr(getattr(ray, "_private", None), "utils", None)
-    locate = getattr(utils, "get_ray_address_file", None)  # a private helper of Ray's
-    return Path(locate(None)) if locate else Path("/tmp/ray/ray_current_cluster")
+    return machine.ray_address_file()
 
 
 def _record_owner(path: Path) -> int | None:
@@ -603,10 +596,7 @@ def _no_token_here(named: str = "--address") -> str:
 
 
 def _refused_token(address: str, named: str = "--address") -> str:
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    default = Path.home() / ".ray" / "auth_token"
-    where = "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else \
-        f"{path} (RAY_AUTH_TOKEN_PATH)" if path else str(default) if default.exists() else None
+    where = _token_here()
     head = f"{named}: the Ray cluster at {address} uses token authentication"
     if where is None:
         return (f"{head} and this machine has no token; set RAY_AUTH_MODE=token and "
@@ -618,6 +608,76 @@ def _refused_token(address: str, named: str = "--address") -> str:
                 "RAY_AUTH_MODE=token: set that too")
     return (f"{head} and refused the token in {where}; use the cluster's token "
             "(`ray get-auth-token` on the head prints it)")
+
+
+def _token_here() -> str | None:
+    """Where the token Ray would send from this process is, as Ray looks for one:
+    RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names (Ray looks no further when it
+    is set), else ~/.ray/auth_token; a blank value or file holds none. None: no token."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    file = Path(path).expanduser() if path else Path.home() / ".ray" / "auth_token"
+    try:
+        if not file.read_text(errors="replace").strip():
+            return None
+    except OSError:
+        return None
+    return f"{path} (RAY_AUTH_TOKEN_PATH)" if path else str(file)
+
+
+def _send_token_here(address: str) -> str | None:
+    """For the cluster `ray start` began on this machine, what Ray's own ray.init()
+    without an address does (sweep hands ray.init the address it found, and Ray sends a
+    token to an address only in token mode): with RAY_AUTH_MODE unset and a token here,
+    turn token mode on for this process, unless the head is seen to run without token
+    authentication. Returns where the token is, for the first line (~ for the default
+    file); None: nothing changed. A head with another token refuses this one, in one line
+    (_refused_token); a head that cannot be told counts as one with token authentication,
+    since one without accepts a token sent all the same (Ray 2.60)."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:  # the user's choice, as Ray keeps it
+        return None
+    where = _token_here()
+    if where is None or _head_uses_token(address) is False:
+        return None
+    os.environ["RAY_AUTH_MODE"] = "token"
+    config = getattr(getattr(ray, "_raylet", None), "Config", None)
+    if config is not None:  # Ray reads RAY_AUTH_MODE once, at import: read it again
+        config.initialize("")
+    default = Path.home() / ".ray" / "auth_token"
+    return "~/.ray/auth_token" if where == str(default) else where
+
+
+def _head_uses_token(address: str) -> bool | None:
+    """Whether the head at address, started on this machine by this user, runs with
+    token authentication: its GCS server's environment says (RAY_AUTH_MODE, which `ray
+    start` sets to token where a token exists, and which Ray's servers read when they
+    start; the GCS is found by the port on its command line). None where that cannot be
+    told: no such process to be seen here (a head in another PID namespace, or started
+    with --port 0), or no RAY_AUTH_MODE there (Ray's default mode then)."""
+    port = address.rpartition(":")[2]
+    if not port.isdigit():
+        return None
+    flag, me = f"--gcs_server_port={int(port)}", os.getuid()
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        args = _args(pid)
+        if not args or os.path.basename(args[0]) != "gcs_server" or flag not in args:
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != me:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        mode = next((v.partition(b"=")[2].decode(errors="replace").strip().lower()
+                     for v in environ if v.startswith(b"RAY_AUTH_MODE=")), None)
+        return {"token": True, "disabled": False}.get(mode or "")
+    return None
 
 
 @contextlib.contextmanager
@@ -732,22 +792,6 @@ def gpu_names(kinds: list[str], stop_requested: Callable[[], bool] = lambda: Fal
     return None
 
 
-def local_devices(backend: str) -> list[str] | None:
-    """The devices a private local instance would run `backend` on, by name, found
-    without Ray: ["cpu-interpreter"], this machine's GPU names, or None where only Ray
-    can tell (CUDA_VISIBLE_DEVICES, GPUs nvidia-smi cannot name)."""
-    if backend == "interpret":
-        return ["cpu-interpreter"]
-    if backend not in ("auto", "cuda") or "CUDA_VISIBLE_DEVICES" in os.environ:
-        return None
-    names = _smi_names()
-    if names is not None:
-        return names
-    # No NVIDIA device at all: Ray finds no GPU either, and auto interprets.
-    no_gpu = shutil.which("nvidia-smi") is None and not any(Path("/dev").glob("nvidia[0-9]*"))
-    return ["cpu-interpreter"] if no_gpu and backend == "auto" else None
-
-
 def _identity() -> tuple[str, dict[str, str]]:
     from storage.cache import library_versions
 
@@ -756,29 +800,12 @@ def _identity() -> tuple[str, dict[str, str]]:
 
 def _device_name() -> str:
     """A node whose GPUs differ asks torch about the one Ray gave the task."""
-    names = _smi_names()
-    if names is not None and len(names) == 1:
+    names = machine.smi_names()
+    if names is not None and len(set(names)) == 1:
         return names[0]
     import torch
 
     return str(torch.cuda.get_device_name(0))
-
-
-def _smi_names() -> list[str] | None:
-    """This machine's GPU names, once each, as nvidia-smi gives them; None where it is
-    absent or fails. It answers in milliseconds where torch takes seconds to import and
-    start CUDA (3 s on an H200 box); both read the name from the driver ("NVIDIA H200"
-    from either there)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    names = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
-    return names if done.returncode == 0 and names else None
 
 
 def labelled_types() -> set[str]:
@@ -787,28 +814,11 @@ def labelled_types() -> set[str]:
             if k.startswith(TYPE_RESOURCE)}
 
 
-def _kinds(spec: Spec, available: dict[str, int], cap: int | None, what: str
-           ) -> tuple[str, ...]:
-    """A device type per worker: every type the spec allows, a worker per device of it,
-    at most `cap` in all, taken from the types in turn (a cap keeps every type)."""
-    allowed = spec.run.accelerator_types
-    if allowed is not None:
-        missing = [t for t in allowed if t not in available]
-        if len(missing) == len(allowed):
-            has = ", ".join(f"{t or 'unlabelled'} x{n}" for t, n in sorted(available.items()))
-            raise SpecError(f"{spec.path}: run.accelerator_types: the cluster has no "
-                            f"{what} of type {', '.join(allowed)} (it has: {has or 'none'})")
-    counts = {t: n for t, n in sorted(available.items()) if allowed is None or t in allowed}
-    kinds = [t for k in range(max(counts.values(), default=0)) for t, n in counts.items()
-             if k < n]
-    return tuple(sorted(kinds[:cap] if cap else kinds))
-
-
 def placement(spec: Spec, backend: str) -> Placement:
     cap = spec.run.workers
     if backend == "simulate":
         if spec.simulate.devices:
-            kinds = _kinds(spec, dict(spec.simulate.devices), cap, "simulated device")
+            kinds = kinds_for(spec, dict(spec.simulate.devices), cap, "simulated device")
             return Placement(workers=len(kinds), num_cpus=0, kinds=kinds,
                              resources=spec.simulate.resources)
         if spec.run.accelerator_types is not None:
@@ -830,7 +840,7 @@ def placement(spec: Spec, backend: str) -> Placement:
         per_gpu = int(resources.get("CPU", 1)) // max(gpus, 1)
         available = device_types()
         # One type, and no choice among types: workers go wherever a GPU is free.
-        kinds = _kinds(spec, available, cap, "GPU") \
+        kinds = kinds_for(spec, available, cap, "GPU") \
             if len(available) > 1 or spec.run.accelerator_types is not None else ()
         return Placement(workers=len(kinds) if kinds else min(cap or gpus, gpus),
                          num_gpus=1, num_cpus=1, compile_workers=max(1, per_gpu - 1),

@@ -20,6 +20,7 @@ from sweep.stop import StopController  # noqa: E402
 STOP = StopController()
 STOP.install()
 
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -51,11 +52,15 @@ def main() -> int:
     from sweep.cli import main as run_command
 
     code = run_command(None, stop=STOP, started=STARTED)
+    # Everything is written and said: the command ends here, without the interpreter's
+    # teardown (a second with torch imported) or Ray's exit hooks, which shut Ray down
+    # (2-3.5 s; forever with a thread stuck inside ray.init or a lost head). A private
+    # Ray instance's processes are ended; a cluster it joined sees its driver gone and
+    # ends its workers; the local runtime's workers are gone already.
     cluster = sys.modules.get("sweep.cluster")
-    if cluster is not None and cluster.abandoned():
-        # The command ends here although a thread is stuck inside ray.init, on which
-        # Ray's exit hooks would wait.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    if cluster is not None:
+        cluster.end_private_now()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head -1`)
+            stream.flush()
+    os._exit(code)

@@ -478,7 +478,8 @@ class Driver:
         return held <= (self.limits.depth - 1) * self.limits.batch_size
 
     def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
-        trials = [(i, self.space.config(i), attempt) for i, _, attempt in trials]
+        configs = self.space.configs([i for i, _, _ in trials])
+        trials = [(i, config, attempt) for (i, _, attempt), config in zip(trials, configs)]
         if slot.head() is None:  # an idle worker: this batch is due now
             slot.since = self.runtime.monotonic()
         self.dispatched += len(trials)

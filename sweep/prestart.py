@@ -19,11 +19,12 @@ temporary directory, not to the user's terminal.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -35,32 +36,23 @@ from typing import IO, Any
 from actors import child
 from actors.compile_pool import CompileLimit, CompilePool
 from actors.worker import WorkerSettings, launcher_payload
+from sweep.machine import visible_gpus
 
 # Configs given to the early pool, per compile process: more than it gets through while Ray
 # starts (seconds; a compile takes about half a second); the workers' pools do the rest.
 EARLY_PER_PROCESS = 32
-
-
-def visible_gpus() -> list[str]:
-    """The GPU ids a local Ray instance will hand out, found without touching CUDA:
-    CUDA_VISIBLE_DEVICES where set, else the NVIDIA device files of this machine."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g for g in (x.strip() for x in listed.split(",")) if g and g != "-1"]
-    try:
-        count = sum(1 for name in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", name))
-    except OSError:
-        return []
-    return [str(i) for i in range(count)]
+POOL_CAP = 512  # compile processes, at most: a bound on the configs taken from the order
 
 
 @dataclass
 class Prestart:
-    launchers: dict[str, tuple[str, str, int]]  # GPU id -> (socket, key, pid)
+    # GPU id (or cpuN, a launcher for the interpreter's Nth worker) -> (socket, key, pid)
+    launchers: dict[str, tuple[str, str, int]]
     processes: list[subprocess.Popen]
     pool: CompilePool | None
     directory: Path
     log: IO[bytes]
+    backend: str = "cuda"
     _stop: threading.Event = field(default_factory=threading.Event)
     _pumping: threading.Thread | None = None
 
@@ -89,30 +81,31 @@ class Prestart:
         gpus = visible_gpus()
         if not gpus:
             return None
-        directory = Path(tempfile.mkdtemp(prefix="sweep-prestart-"))
-        # What these processes print (a kernel that fails to import, say) goes here: the
-        # run reports a bad spec in one line of its own.
-        log = open(directory / "stderr.log", "ab")  # noqa: SIM115 - closed in close()
-        launchers: dict[str, tuple[str, str, int]] = {}
-        processes: list[subprocess.Popen] = []
-        for gpu in gpus:
-            address, key = str(directory / f"launcher-{len(processes)}"), secrets.token_hex(16)
-            process = child.start_detached(
-                "actors.launcher:serve_prestarted", address, key, launcher_payload(settings),
-                env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu}, stderr=log)
-            # Reaped as soon as it ends, so that a worker sees it gone, not a zombie.
-            threading.Thread(target=process.wait, daemon=True).start()
-            processes.append(process)
-            launchers[gpu] = (address, key, process.pid)
+        directory, log, launchers, processes = _launchers(
+            settings, {gpu: {"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus})
+        first = list(itertools.islice(configs, EARLY_PER_PROCESS * POOL_CAP))
+        if not first:  # a search: nothing to compile early
+            return cls(launchers, processes, None, directory, log)
         # The CPUs Ray and the launchers leave, spread over the GPUs (each process sets up
         # CUDA); compiles run niced below the launchers.
         size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
         pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
                            CompileLimit(settings.compile_timeout_s), settings.kernel_path,
                            devices=gpus, stderr=log, fixed=settings.fixed, unforked=False)
-        for index, config in itertools.islice(configs, EARLY_PER_PROCESS * size):
+        for index, config in first[:EARLY_PER_PROCESS * size]:
             pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)
+
+    @classmethod
+    def begin_interpret(cls, settings: WorkerSettings, workers: int) -> Prestart:
+        """A launcher for each of the interpreter's first workers (the local runtime's,
+        which adopt them by actors.launcher.LAUNCHER_ENV): each imports torch, Triton and
+        the kernel while this process imports the kernel too. No compiles: the
+        interpreter has none."""
+        env = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+        directory, log, launchers, processes = _launchers(
+            settings, {f"cpu{k}": env for k in range(workers)})
+        return cls(launchers, processes, None, directory, log, backend="interpret")
 
     def stop_compiling(self) -> list[float]:
         """Ends the early compiles; returns how long each that ended took (ms): real
@@ -130,10 +123,42 @@ class Prestart:
         self.pool = None
         return took
 
-    def close(self) -> None:
-        """Everything it started ends: adopted launchers die with their workers anyway."""
+    def close(self, keep_log: Path | None = None) -> None:
+        """Everything it started ends: adopted launchers die with their workers anyway.
+        keep_log: where what its processes printed is appended (the run's workers.log)."""
         self.stop_compiling()
         for process in self.processes:
-            child.kill_process(process)
+            # Not awaited: a process with a CUDA context takes a moment to end, which the
+            # command need not wait for (each is reaped by its own thread).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         self.log.close()
+        if keep_log is not None:
+            with contextlib.suppress(OSError):
+                said = (self.directory / "stderr.log").read_bytes()
+                if said:
+                    with keep_log.open("ab") as f:
+                        f.write(said)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _launchers(settings: WorkerSettings, env: dict[str, dict[str, str]]
+               ) -> tuple[Path, IO[bytes], dict[str, tuple[str, str, int]],
+                          list[subprocess.Popen]]:
+    """A launcher started for each key, with that key's environment."""
+    directory = Path(tempfile.mkdtemp(prefix="sweep-prestart-"))
+    # What these processes print (a kernel that fails to import, say) goes here: the run
+    # reports a bad spec in one line of its own.
+    log = open(directory / "stderr.log", "ab")  # noqa: SIM115 - closed in close()
+    launchers: dict[str, tuple[str, str, int]] = {}
+    processes: list[subprocess.Popen] = []
+    for name, extra in env.items():
+        address, key = str(directory / f"launcher-{len(processes)}"), secrets.token_hex(16)
+        process = child.start_detached(
+            "actors.launcher:serve_prestarted", address, key, launcher_payload(settings),
+            env={**os.environ, **extra}, stderr=log, stdout=log)
+        # Reaped as soon as it ends, so that a worker sees it gone, not a zombie.
+        threading.Thread(target=process.wait, daemon=True).start()
+        processes.append(process)
+        launchers[name] = (address, key, process.pid)
+    return directory, log, launchers, processes

@@ -409,7 +409,10 @@ class RayRuntime:
                 raise RetimeAbandoned("stopped while re-timing")
             if time.monotonic() >= deadline:
                 raise RetimeAbandoned(f"no answer within {timeout_s:g} s")
-        return ray.get(ref)
+        try:
+            return ray.get(ref)
+        except RayError as e:  # its worker died, or re-timing raised there
+            raise RetimeAbandoned(why_dead(e)) from None
 
     def monotonic(self) -> float:
         return time.monotonic()

@@ -73,6 +73,12 @@ class RunDir:
         return self.path / "ray.log"
 
     @property
+    def workers_log(self) -> Path:
+        """What the local runtime's worker processes print (a kernel's prints, Triton's
+        warnings): never the terminal's."""
+        return self.path / "workers.log"
+
+    @property
     def meta(self) -> Path:
         return self.path / META
 

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from actors.compile_pool import CompileLimit
 from actors.timing import Retimed
 from storage.records import TrialRecord
+
+if TYPE_CHECKING:
+    from actors.worker import WorkerSettings
+    from sweep.spec import Spec
 
 Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
 
@@ -120,7 +125,13 @@ class ClusterLost(Exception):
 
 
 class RetimeAbandoned(Exception):
-    """Re-timing did not answer in time, or a stop was asked for meanwhile."""
+    """Re-timing did not answer in time, its worker died, or a stop was asked for
+    meanwhile."""
+
+
+class ConnectAbandoned(Exception):
+    """A stop was asked for, or the cluster did not answer, while the engine was still
+    joining it or starting (what it had started is ended)."""
 
 
 class Runtime(Protocol):
@@ -160,3 +171,46 @@ class Runtime(Protocol):
 
     def time(self) -> float:
         """Wall-clock seconds since the epoch, for records."""
+
+
+class Engine(Protocol):
+    """Where a run's workers live and what they may use: this machine's own processes
+    (sweep/local_runtime.py) or a Ray cluster (sweep/ray_engine.py). A session is handed
+    one, as Ray Tune's controller is handed its resource manager, and asks it in turn:
+    connect, the backend and placement it allows, then a Runtime for the driver."""
+
+    name: str  # "local" | "ray": what the run's first lines and its timeline say
+
+    def on_this_machine(self) -> bool:
+        """Whether every worker runs on this machine: work can begin before the engine is
+        up (sweep/prestart.py), and this machine alone names the devices."""
+
+    def connect(self, stop_requested: Callable[[], bool], say: Callable[[str], None]) -> None:
+        """Make the engine ready (join or start Ray); ConnectAbandoned once stop_requested()
+        says so meanwhile, SpecError for an address or cluster that refuses."""
+
+    def resolve_backend(self, spec: Spec) -> str:
+        """The backend `run.backend` means here (auto: cuda where there are GPUs)."""
+
+    def placement(self, spec: Spec, backend: str) -> Placement:
+        """How many workers, and what each asks for; SpecError where the spec asks for
+        what is not there."""
+
+    def device_names(self, kinds: Sequence[str], stop_requested: Callable[[], bool]
+                     ) -> list[tuple[str, dict[str, str]]] | None:
+        """The name of a GPU of each kind, and the torch and Triton versions there (the
+        best-config cache's key); None where that cannot be told in time."""
+
+    def runtime(self, settings: WorkerSettings, placement: Placement,
+                batches: int) -> Runtime:
+        """The Runtime the driver runs workers through (batches: the most a worker holds
+        at once)."""
+
+    def divert_reports(self, log: Path) -> None:
+        """From now on, what workers or the engine print goes to `log`, not the terminal."""
+
+    def mark_lost(self) -> None:
+        """The cluster was lost (ClusterLost): close() must not wait on it."""
+
+    def close(self) -> None:
+        """Everything it started ends (a Ray it joined is left)."""

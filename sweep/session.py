@@ -27,7 +27,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from ray.exceptions import RayError
 from rich.console import Console
 
 from actors.worker import WorkerSettings
@@ -48,14 +47,13 @@ from storage.snapshot import (
     write_best,
     write_snapshot,
 )
-from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK, cluster, rundir
+from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK, machine, rundir
 from sweep.driver import Driver, DriverFailed, Limits, Observer
 from sweep.prestart import Prestart
 from sweep.progress import ProgressReporter
-from sweep.ray_runtime import RayRuntime
 from sweep.report import common_errors, print_summary, resume_command, say
 from sweep.rundir import Loaded, RunDir, RunLog
-from sweep.runtime import ClusterLost, Placement, RetimeAbandoned
+from sweep.runtime import ClusterLost, ConnectAbandoned, Engine, Placement, RetimeAbandoned
 from sweep.scheduling import AdaptiveLimit, compile_order
 from sweep.search import Search, SearchPlan, batch_size, rungs, strategy
 from sweep.space import Space
@@ -70,7 +68,7 @@ from sweep.spec import (
 from sweep.stop import StopController
 from sweep.tally import LEADERS, Tally
 from sweep.warm_start import indices_of, warm_start
-from sweep_kernels import BUILTIN
+from sweep_kernels import BUILTIN, file_digest, origin_of
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
 IMPORT_NOTICE_S = 2.0  # a kernel import that takes longer is said while it runs
@@ -111,6 +109,7 @@ class Request:
     besides the spec or run directory."""
 
     address: str | None = None  # the Ray cluster (see cluster.target)
+    runtime: str | None = None  # --runtime: local | ray | auto (None: the spec's run.runtime)
     max_trials: int | None = None  # at most this many trials, then stop resumably
     time_budget_s: float | None = None  # stop resumably this long after the call began
     cache_partial: bool = False  # an interrupted run's best goes to the cache, as partial
@@ -139,6 +138,7 @@ class Session:
     # A new run's spec with its kernel imported: torch and the kernel module take seconds
     # to import, so that happens while Ray starts (see _execute).
     full_spec: Future[Spec] | None = None
+    importer: Callable[[], Future[Spec]] | None = None  # begins that import (a new run's)
     timeline: dict[str, float] = field(default_factory=dict)  # see Snapshot.timeline
     prestart: Prestart | None = None  # what a local GPU run began before Ray was up
     # `sweep resume --retry`: recorded statuses whose configs run again (a new attempt,
@@ -191,13 +191,16 @@ class Session:
         # Read from this directory, not the current one: connecting to Ray changes that
         # for a moment (see cluster.py) while this thread may be reading.
         here = Path.cwd()
-        full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here,
-                                                     text=text))
-        if spec.kernel not in BUILTIN:  # a package's import can take long: say what we wait on
-            module = spec.kernel.partition(":")[0]
-            _say_if_slow(full_spec, IMPORT_NOTICE_S, lambda: say_line(
-                f"importing {module} (the spec's kernel) to check the spec against it"))
-        return cls(spec, space, path, lock, None, created=created, full_spec=full_spec)
+        def importer() -> Future[Spec]:
+            full_spec = _in_background(lambda: load_spec(spec_path, backend=backend, cwd=here,
+                                                         text=text))
+            if spec.kernel not in BUILTIN:  # a package's import can take long: say so
+                module = spec.kernel.partition(":")[0]
+                _say_if_slow(full_spec, IMPORT_NOTICE_S, lambda: say_line(
+                    f"importing {module} (the spec's kernel) to check the spec against it"))
+            return full_spec
+
+        return cls(spec, space, path, lock, None, created=created, importer=importer)
 
     @classmethod
     def reopen(cls, path: Path, err: Console, command: str) -> Session:
@@ -258,11 +261,11 @@ class Session:
                    meta_search=meta.get("search"))
 
     def execute(self, request: Request, stop: StopController, out: Console, err: Console,
-                started: float | None = None) -> int:
-        """started: when the command began (time.monotonic()), for the summary's time and
-        the time budget."""
+                engine: Engine, started: float | None = None) -> int:
+        """engine: where the workers run (sweep/engines.py chooses one); started: when the
+        command began (time.monotonic()), for the summary's time and the time budget."""
         try:
-            return self._execute(request, stop, out, err,
+            return self._execute(request, stop, out, err, engine,
                                  started if started is not None else time.monotonic())
         except OSError as e:
             if not storage_error(e, self.path):
@@ -274,10 +277,15 @@ class Session:
                      f"directory; {then}")
             return EXIT_FAILED
         finally:
-            _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
+            self.release()
+
+    def release(self) -> None:
+        """The run directory is given back (unlocked; directories made for a run that
+        never started removed again)."""
+        _give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
 
     def _execute(self, request: Request, stop: StopController, out: Console, err: Console,
-                 t0: float) -> int:
+                 engine: Engine, t0: float) -> int:
         self.timeline["session_start"] = time.time()
         run = RunDir(self.path)
         loaded = None
@@ -297,40 +305,34 @@ class Session:
                 return EXIT_OK
         # Reading a big journal and starting Ray both take seconds: do them side by side
         # (Ray must start on this, the main thread: its processes die with the thread).
-        started_ray = False
-        address = request.address
         if not self.meta and not request.force:
-            hits = self._answered_before_ray(address)
+            hits = self._answered_early(engine)
             if hits:
                 _print_cached(out, self.spec, self.space, hits)
                 self.ending = Ending("cached", cached=hits)
                 return EXIT_OK
+        self._begin_import()
         try:
             self._spec_refused()  # the kernel's import already found a mistake
-            # A search's first configs depend on the cluster's size: none compile early.
-            if not self.meta and cluster.starts_local(address) and \
-                    self.spec.search.exhaustive and \
-                    self.spec.run.backend in ("auto", "cuda") and \
+            if not self.meta and engine.on_this_machine() and \
                     os.environ.get("SWEEP_PRESTART") != "0":
-                self.prestart = Prestart.begin(
-                    _worker_settings(self.spec, "cuda"),
-                    ((i, self.space.config(i)) for i in self._full_order()))
+                self.prestart = self._prestart(engine)
             with ThreadPoolExecutor(1) as pool:
                 loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                     if self.meta and loaded is None else None
                 try:
-                    started_ray = cluster.connect(
-                        address, lambda: stop.requested or _failed(self.full_spec),
-                        lambda message: say(err, message))
-                except cluster.ConnectAbandoned as e:
+                    engine.connect(lambda: stop.requested or _failed(self.full_spec),
+                                   lambda message: say(err, message))
+                except ConnectAbandoned as e:
                     self._spec_refused()  # a join given up for the spec's mistake
                     say(err, f"{e}; " + ("the run is unchanged" if self.meta
                                          else "nothing was written"))
                     return stop.exit_code
                 finally:
                     stop.install()  # Ray may have replaced our handlers
-                cluster.divert_ray_reports(run.ray_log)
-                self.timeline["ray_ready"] = time.time()
+                engine.divert_reports(run.ray_log if engine.name == "ray"
+                                      else run.workers_log)
+                self.timeline[f"{engine.name}_ready"] = time.time()
                 if loading is not None:
                     loaded = loading.result()
                     if loaded.recovered.num_rows:
@@ -338,18 +340,18 @@ class Session:
                 if self.full_spec is not None:
                     self.spec = self.full_spec.result()
                     self.timeline["kernel_imported"] = time.time()
-            backend = cluster.resolve_backend(self.spec)
-            if self.prestart and backend != "cuda":  # Ray found no GPU after all
+            backend = engine.resolve_backend(self.spec)
+            if self.prestart and backend != self.prestart.backend:  # Ray found no GPU
                 self.prestart.close()
                 self.prestart = None
             check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
-            placement = cluster.placement(self.spec, backend)  # may refuse the spec
+            placement = engine.placement(self.spec, backend)  # may refuse the spec
             if self.meta and backend != self.meta["backend"]:
                 raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
                                 f"but this cluster resolves to {backend}; pass the same kind "
                                 "of cluster")
             if not self.meta and not request.force and not stop.requested:
-                hits = self._cached(backend, placement, lambda: stop.requested)
+                hits = self._cached(engine, backend, placement, lambda: stop.requested)
                 if hits:
                     _print_cached(out, self.spec, self.space, hits)
                     self.ending = Ending("cached", cached=hits)
@@ -371,14 +373,29 @@ class Session:
                 self.meta_search = self._plan_search(backend, placement, err)
                 rundir.create(run, self.spec, len(self.space), backend,
                               search=self.meta_search)
-            return self._drive(run, backend, placement, loaded, request, stop, out, err, t0)
+            return self._drive(run, engine, backend, placement, loaded, request, stop, out,
+                               err, t0)
         finally:
-            if self.prestart:
-                self.prestart.close()
-            if started_ray and not cluster.lost():  # it would wait on the lost GCS
-                import ray
+            if self.prestart:  # what its launchers printed goes with the run, if one began
+                self.prestart.close(run.workers_log if run.meta.exists() else None)
+            engine.close()
 
-                ray.shutdown()
+    def _prestart(self, engine: Engine) -> Prestart | None:
+        """Work begun before the kernel is imported here and the engine is up: a GPU's
+        launchers and early compiles (a search's first configs depend on the cluster's
+        size: then none compile early); under the interpreter on the local runtime, whose
+        workers adopt them, each worker's launcher (which imports torch and the kernel)."""
+        backend = self.spec.run.backend
+        if backend in ("auto", "cuda") and machine.visible_gpus():
+            return Prestart.begin(
+                _worker_settings(self.spec, "cuda"),
+                ((i, self.space.config(i)) for i in self._full_order())
+                if self.spec.search.exhaustive else ())
+        if backend in ("auto", "interpret") and engine.name == "local" and \
+                machine.local_devices(backend) == ["cpu-interpreter"]:
+            workers = engine.placement(self.spec, "interpret").workers
+            return Prestart.begin_interpret(_worker_settings(self.spec, "interpret"), workers)
+        return None
 
     def _early_compiles_end(self, limit: AdaptiveLimit | None) -> None:
         """The workers' pools are up: the early pool stops, and what it compiled while Ray
@@ -471,7 +488,8 @@ class Session:
                     partial=partial, written_at=time.time(),
                     versions=versions.get(best.device) or here,
                     fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
-                    declared=(spec.declared_fingerprint,), host=socket.gethostname()),
+                    declared=(spec.declared_fingerprint,), host=socket.gethostname(),
+                    sources=dict(spec.kernel_files)),
                     unfit=lambda held: not _fits(spec, held))
                 if kept.run_dir != str(self.path.resolve()):
                     say(err, f"the best-config cache keeps its entry from "
@@ -482,7 +500,7 @@ class Session:
         except OSError as e:  # the run itself is done and written; only the cache missed it
             say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
-    def _cached(self, backend: str, placement: Placement,
+    def _cached(self, engine: Engine, backend: str, placement: Placement,
                 stop_requested: Callable[[], bool]) -> list[cache.CacheEntry]:
         """The cached best on each device this run would tune on, if this very sweep (its
         fingerprint) completed on each before, with these torch and Triton versions; else
@@ -495,31 +513,47 @@ class Session:
             devices: list[tuple[str, dict[str, str]]] | None = \
                 [("cpu-interpreter", cache.library_versions())]
         else:  # only now, with an answer likely: it starts a process on a GPU
-            devices = cluster.gpu_names(sorted(set(placement.kinds)) or [""], stop_requested)
+            devices = engine.device_names(sorted(set(placement.kinds)) or [""], stop_requested)
         return self._answering(candidates, devices or [])
 
-    def _answered_before_ray(self, address: str | None) -> list[cache.CacheEntry]:
-        """The cache's answer before Ray starts (seconds sooner), where this machine alone
-        decides the devices: a private local instance, no device types chosen, and a
-        complete sweep with this spec's declared fingerprint on record (so importing the
-        kernel now, not while Ray starts, costs only a run that is answered)."""
+    def _answered_early(self, engine: Engine) -> list[cache.CacheEntry]:
+        """The cache's answer before the kernel is imported and the engine starts, where
+        this machine alone decides the devices (workers on this machine, no device types
+        chosen): from files alone where the entries recorded the kernel's source files,
+        which are unchanged (milliseconds: neither torch nor the kernel is imported);
+        else, where a complete sweep with this spec's declared fingerprint is on record,
+        by importing the kernel now (which costs only a run that is answered)."""
         spec = self.spec
-        if self.full_spec is None or not cluster.starts_local(address) or \
-                spec.run.accelerator_types is not None or \
-                not cache.declared_somewhere(spec.kernel, spec.declared_fingerprint):
+        if self.importer is None or not engine.on_this_machine() or \
+                spec.run.accelerator_types is not None:
             return []
-        devices = cluster.local_devices(spec.run.backend)
+        devices = machine.local_devices(spec.run.backend)
         if devices is None:
             return []
-        full = self.full_spec.result()
         backend = "interpret" if devices == ["cpu-interpreter"] else "cuda"
         here = cache.library_versions()  # the workers' too: this machine, this Python
-        hits = self._answering(_candidates(full, backend), [(d, here) for d in devices])
+        on = [(d, here) for d in devices]
+        origin = origin_of(spec.kernel, str(Path.cwd()))
+        hits = self._answering([e for e in cache.answered_by_files(
+            spec.kernel, spec.declared_fingerprint, backend, origin, file_digest)
+            if _fits(spec, e)], on) if origin else []
+        if hits or not cache.declared_somewhere(spec.kernel, spec.declared_fingerprint):
+            return hits
+        self._begin_import()
+        assert self.full_spec is not None
+        full = self.full_spec.result()
+        hits = self._answering(_candidates(full, backend), on)
         if hits:
             self.spec = full
         return hits
 
-    def _drive(self, run: RunDir, backend: str, placement: Placement, loaded: Loaded | None,
+    def _begin_import(self) -> None:
+        """A new run's kernel import begins (on a thread), once."""
+        if self.full_spec is None and self.importer is not None:
+            self.full_spec = self.importer()
+
+    def _drive(self, run: RunDir, engine: Engine, backend: str, placement: Placement,
+               loaded: Loaded | None,
                request: Request, stop: StopController, out: Console, err: Console,
                t0: float) -> int:
         spec = self.spec
@@ -624,8 +658,7 @@ class Session:
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, err, expected=spec.search.most(len(self.space))
                                      if search is not None else None) as progress:
-                runtime = RayRuntime(settings, placement, limits.max_batches,
-                                     cluster.labelled_types())
+                runtime = engine.runtime(settings, placement, limits.max_batches)
                 driver = Driver(self.space, runtime, placement.workers, limits, log, tally,
                                 todo, spent, deaths, should_stop=should_stop,
                                 on_snapshot=snapshot,
@@ -658,7 +691,7 @@ class Session:
             say(err, f"error: {e}")
             in_flight = False
         except ClusterLost as e:  # driver.run() has closed its workers, committed records
-            cluster.mark_lost()
+            engine.mark_lost()
             state, lost, in_flight = "interrupted", e, False
         except KeyboardInterrupt:  # an API caller's second Ctrl+C: written as a stop, then on
             state = "interrupted"
@@ -804,7 +837,7 @@ class Session:
                                   f"{device} carefully, on every worker at once")
                 try:
                     timings = driver.retime_spread([b.config for b in rung], device)
-                except (RayError, DriverFailed, RetimeAbandoned) as e:
+                except (DriverFailed, RetimeAbandoned) as e:
                     progress.on_event(f"rung {level} failed, keeping the one pass's order: "
                                       f"{str(e)[:200]}")
                     return None
@@ -842,7 +875,7 @@ class Session:
             try:
                 retimed = driver.retime([b.config for b in leaders],
                                         self.spec.run.finalist_rounds, device)
-            except (RayError, DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
+            except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
                 progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                                   f"{str(e)[:200]}")
                 cut = cut or should_stop()

@@ -71,6 +71,19 @@ class Space:
     def config(self, index: int) -> dict[str, Any]:
         return {name: self.kinds[name](self.columns[name][index]) for name in self.names}
 
+    def configs(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """config(i) for each index, at once: a column's values are taken for all of them
+        in one step (the driver hands out tens of thousands a second)."""
+        if not indices:
+            return []
+        at = np.fromiter(indices, dtype=np.int64, count=len(indices))
+        values = []
+        for name in self.names:
+            kind, column = self.kinds[name], self.columns[name][at].tolist()
+            values.append(column if type(column[0]) is kind else list(map(kind, column)))
+        names = self.names
+        return [dict(zip(names, row)) for row in zip(*values)]
+
     def config_json(self, index: int) -> str:
         return canonical_json(self.config(index))
 

@@ -27,9 +27,18 @@ from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
 from sweep.search import OPTIONS_OF, STRATEGIES, SearchOptions
 from sweep.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
-from sweep_kernels import DTYPES, Kernel, KernelError, load_kernel, reference_of, source_digest
+from sweep_kernels import (
+    DTYPES,
+    Kernel,
+    KernelError,
+    load_kernel,
+    reference_of,
+    source_digest,
+    source_files,
+)
 
 BACKENDS = ("auto", "cuda", "interpret", "simulate", "replay")
+RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
 # Backends that run no kernel code: nothing is imported for them.
 KERNEL_FREE = ("simulate", "replay")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -93,6 +102,9 @@ class RunOptions:
     # Ray accelerator types (H100, A100, ...; for simulate, simulate.devices' names) a
     # sweep may run on; None: every GPU of the cluster, of whatever type.
     accelerator_types: tuple[str, ...] | None = None
+    # Where the workers run: "local" (processes of this machine), "ray", or "auto"
+    # (Ray where an address or a `ray start` head says so; see sweep/engines.py).
+    runtime: str = "auto"
 
     @property
     def compile_limit_s(self) -> float:
@@ -157,6 +169,9 @@ class Spec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_as_written: Mapping[str, Any] = field(default_factory=dict)  # the file's own
     search: SearchOptions = field(default_factory=SearchOptions)
+    # The kernel's source files and their digests (sweep_kernels.source_files), once it is
+    # imported: what the best-config cache records to answer without importing it.
+    kernel_files: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def expand(self) -> Space:
         try:
@@ -359,6 +374,7 @@ _CHECKS: dict[type, dict[str, Check]] = {
     Tolerance: {"rtol": NON_NEGATIVE, "atol": NON_NEGATIVE},
     RunOptions: {
         "backend": (lambda v: v in BACKENDS, "one of " + ", ".join(BACKENDS)),
+        "runtime": (lambda v: v in RUNTIMES, "one of " + ", ".join(RUNTIMES)),
         "trial_timeout_s": POSITIVE, "max_retries": COUNT, "snapshot_every_s": POSITIVE,
         "drain_s": NON_NEGATIVE, "workers": (lambda v: v is None or AT_LEAST_ONE[0](v),
                                              "an integer >= 1 or null"),
@@ -531,7 +547,7 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     written_table = replay.table
     if run.backend == "replay":
         replay, replay_source = _read_replay(r, replay)
-    kernel_source, work = "", {}
+    kernel_source, work, kernel_files = "", {}, {}
     if run.backend not in KERNEL_FREE and import_kernel:
         try:
             kernel = load_kernel(kernel_name)
@@ -541,6 +557,7 @@ def load_spec(path: str | Path, *, backend: str | None = None,
         fixed = _check_fixed(r, kernel, fixed, space)
         _check_parameters(r, kernel, space, fixed)
         kernel_source = source_digest(kernel_name, kernel)
+        kernel_files = source_files(kernel_name, kernel)
         work = _work(kernel, problem)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
@@ -548,7 +565,8 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                 kernel_source=kernel_source, fixed=fixed, fixed_as_written=fixed_as_written,
                 # A relative table path would not survive the copy into the run directory.
                 overridden=backend is not None or replay.table != written_table,
-                replay=replay, replay_source=replay_source, work=work, search=search)
+                replay=replay, replay_source=replay_source, work=work, search=search,
+                kernel_files=kernel_files)
 
 
 def _read_search(r: _Reader, value: Any) -> SearchOptions:

@@ -356,7 +356,7 @@ def _entrypoint(spec_rel: str, out_dir: str, backend: str | None, max_trials: in
     return (f"out={_shell_word(out_dir)} && "
             f"printf '%s\\n' {shlex.quote(RUN_DIR_MARK)}\"$out\" "
             f"{shlex.quote(GCS_MARK)}\"$RAY_ADDRESS\" && "
-            f"exec python -m sweep run {shlex.quote(spec_rel)} --out \"$out\""
+            f"exec python -m sweep run {shlex.quote(spec_rel)} --out \"$out\" --runtime ray"
             + (f" {shlex.join(extra)}" if extra else ""))
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -97,11 +99,58 @@ def load_kernel(name: str, search_path: str = "") -> Kernel:
     return kernel
 
 
+def _source_modules(name: str, kernel: Kernel) -> list[str]:
+    fn = getattr(kernel.fn, "fn", kernel.fn)  # JITFunction wraps the Python function
+    return sorted({reference_of(name).partition(":")[0], fn.__module__})
+
+
+def source_files(name: str, kernel: Kernel) -> dict[str, str]:
+    """The files of every module loaded from the packages of the modules source_digest
+    covers (the whole package: a kernel record's defaults may live in a module the named
+    one imports), each with the SHA-256 of its bytes: what a cached answer checks, from
+    files alone, to know that the kernel is the one it tuned without importing it (and
+    torch). {} where a module has no file."""
+    tops = {m.partition(".")[0] for m in _source_modules(name, kernel)}
+    out = {}
+    for module_name, module in list(sys.modules.items()):
+        if module_name.partition(".")[0] not in tops:
+            continue
+        path = getattr(module, "__file__", None)
+        if not path:
+            if module_name in tops:
+                return {}
+            continue
+        out[os.path.abspath(path)] = file_digest(path)
+    return out
+
+
+def origin_of(name: str, search_path: str = "") -> str | None:
+    """The file the kernel's module would be imported from now (as load_kernel looks for
+    it), without importing it (a package's parents are imported); None where it cannot
+    be told."""
+    module_name = reference_of(name).partition(":")[0]
+    if search_path and search_path not in sys.path:
+        sys.path.append(search_path)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    return os.path.abspath(spec.origin) if spec is not None and spec.origin else None
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes ("" where it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return ""
+
+
 def source_digest(name: str, kernel: Kernel) -> str:
     """SHA-256 over the source of the module named in the spec and the module defining the
     Triton function: an edit to either invalidates a resume."""
-    fn = getattr(kernel.fn, "fn", kernel.fn)  # JITFunction wraps the Python function
-    modules = sorted({reference_of(name).partition(":")[0], fn.__module__})
+    modules = _source_modules(name, kernel)
     digest = hashlib.sha256()
     for module in modules:
         digest.update(inspect.getsource(sys.modules[module]).encode())

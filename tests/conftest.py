@@ -23,13 +23,6 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def private_ray():
-    """Runs without --address start a Ray of their own even where a `ray start` cluster
-    runs on this machine (which they would join otherwise: tests that check that say so)."""
-    os.environ["RAY_ADDRESS"] = "local"
-
-
 @pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray instance (2 CPUs) shared by the in-process tests."""
@@ -47,6 +40,15 @@ def ray_address(ray_local) -> str:
     """The shared instance's address, for CLI subprocesses to join (`--address`) instead
     of each starting a Ray of its own (seconds each on this machine)."""
     return ray_local.get_runtime_context().gcs_address
+
+
+@pytest.fixture(params=["local", "ray"])
+def runtime_args(request) -> list[str]:
+    """A test run on each runtime: the local one, and Ray (the session's instance joined);
+    the CLI's arguments that choose it."""
+    if request.param == "local":
+        return ["--runtime", "local"]
+    return ["--address", request.getfixturevalue("ray_address")]
 
 
 def user_folders(where: Path) -> Path:

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -383,3 +384,23 @@ if __name__ == "__main__":  # measure: python tests/ray_nodes.py [PORT]
         print(f"  head gcs_server pid {c.head.gcs_pid}")
         t1 = time.monotonic()
     print(f"torn down in {time.monotonic() - t1:.2f} s, nothing left under {c.root}")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on this loopback port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+        return True
+    except OSError:
+        return False
+
+
+def await_head(proc: subprocess.Popen, root: Path, port: int, timeout: float = 60) -> None:
+    """Until the `ray start --head --block` in proc has recorded its cluster under root
+    and its GCS port answers: the head is up (its log under root/head.log otherwise)."""
+    record = root / "ray" / "ray_current_cluster"
+    deadline = time.monotonic() + timeout
+    while not (record.exists() and listening(port)):
+        assert proc.poll() is None, (root / "head.log").read_text()[-2000:]
+        assert time.monotonic() < deadline, f"the head did not start within {timeout:g} s"
+        time.sleep(0.1)

@@ -335,7 +335,7 @@ def b_seen(record):
 def call(name, configs, seen):
     try:
         results[name] = api.run(doc(name, configs), out=out / name, on_trial=seen,
-                                quiet=True)
+                                address="local", quiet=True)  # a private Ray to share
     except BaseException as e:
         errors.append(f"{name}: {type(e).__name__}: {e}")
 

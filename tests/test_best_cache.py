@@ -5,7 +5,10 @@ to paste, and sweep.tuned hands it to a user's launch code."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 import triton
 import yaml
-from conftest import simulate_spec, sweep_cli, sweep_proc, write_spec
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
 
 from actors.simulate import draws
 from storage.cache import CacheEntry, answering, library_versions, lookup
@@ -326,3 +329,46 @@ def test_a_cached_sweep_is_answered_before_ray_starts(ray_local, tmp_path, reque
                         env={"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": "local"})
     assert forced.returncode == 0, forced.stderr
     assert list(ray_tmp.rglob("session_*")) != []
+
+
+ANSWERED_WITHOUT_IMPORTS = (
+    "import sys; from sweep.cli import main; code = main(['run', sys.argv[1], '--out', "
+    "sys.argv[2]]); loaded = sorted({'torch', 'triton', 'mysoftmax'} & set(sys.modules)); "
+    "print('loaded:', loaded, file=sys.stderr); sys.exit(code)")
+
+
+def cached_run(spec: Path, out: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ANSWERED_WITHOUT_IMPORTS, str(spec),
+                           str(out)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+
+
+def test_a_cached_answer_imports_nothing_and_an_edited_or_other_kernel_file_is_no_answer(
+        tmp_path):
+    """A user's kernel module (a copy of the built-in softmax) in two checkouts: the
+    cache answers the same spec in the same checkout from files alone; after an edit, or
+    in the other checkout, it is no answer (the sweep runs)."""
+    source = (ROOT / "sweep_kernels" / "softmax.py").read_text()
+    first, other = tmp_path / "first", tmp_path / "other"
+    for where in (first, other):
+        where.mkdir()
+        (where / "mysoftmax.py").write_text(source)
+        spec = softmax_spec(where / "spec.yaml")
+        spec.write_text(spec.read_text().replace("kernel: softmax", "kernel: mysoftmax:KERNEL"))
+    (other / "mysoftmax.py").write_text(source + "\n# another checkout's copy\n")
+    done = cached_run(first / "spec.yaml", first / "run-1", first)
+    assert done.returncode == 0 and (first / "run-1" / "trials.parquet").exists(), done.stderr
+
+    done = cached_run(first / "spec.yaml", first / "run-2", first)
+    assert done.returncode == 0, done.stderr
+    assert "cached" in done.stdout and not (first / "run-2").exists()
+    assert "loaded: []" in done.stderr  # neither torch, Triton nor the kernel imported
+
+    done = cached_run(other / "spec.yaml", other / "run-1", other)
+    assert done.returncode == 0 and (other / "run-1" / "trials.parquet").exists(), \
+        (done.stdout, done.stderr)
+
+    (first / "mysoftmax.py").write_text(source + "\n# edited\n")
+    done = cached_run(first / "spec.yaml", first / "run-3", first)
+    assert done.returncode == 0 and (first / "run-3" / "trials.parquet").exists(), \
+        (done.stdout, done.stderr)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import simulate_spec
-from ray_nodes import processes_of
+from ray_nodes import await_head, processes_of
 
 PORT = 6488  # of its own: other tests' clusters use 6450-6479
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -57,12 +57,7 @@ def head() -> Iterator[Head]:
              "--object-store-memory", str(80 << 20), "--disable-usage-stats"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        record = root / "ray" / "ray_current_cluster"
-        deadline = time.monotonic() + 60
-        while not (record.exists() and _listening(PORT)):
-            assert proc.poll() is None, (root / "head.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the head did not start within 60 s"
-            time.sleep(0.1)
+        await_head(proc, root, PORT)
         yield Head(f"127.0.0.1:{PORT}", token, root)
     finally:  # by pid: `ray stop` would end every cluster on the machine
         os.killpg(proc.pid, signal.SIGKILL)
@@ -71,14 +66,6 @@ def head() -> Iterator[Head]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 1).close()
-        return True
-    except OSError:
-        return False
 
 
 def run(*args: str | Path, env: dict[str, str], timeout: float = 120,

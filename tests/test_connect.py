@@ -85,7 +85,7 @@ def test_a_sigterm_while_ray_is_joining_a_silent_address_stops_at_once(tmp_path)
 def test_a_sigterm_while_the_local_ray_starts_is_a_clean_stop(tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml")
     out = tmp_path / "run"
-    proc = start("run", spec, "--out", out)
+    proc = start("run", spec, "--out", out, "--runtime", "ray")  # a private Ray instance
     deadline = time.monotonic() + 60
     while not (out / LOCK_NAME).exists():  # the run directory is claimed: Ray starts next
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()

@@ -62,13 +62,13 @@ def test_retiming_on_a_type_whose_workers_are_gone_starts_one_of_that_type():
     assert rt.kinds[worker] == "B" and worker not in ("w1", "w2")
 
 
-def test_a_sweep_over_two_device_types_keeps_a_best_for_each(ray_local, tmp_path):
+def test_a_sweep_over_two_device_types_keeps_a_best_for_each(runtime_args, tmp_path):
     # 3 s of trials in all: every worker is up long before they are done.
     spec = simulate_spec(tmp_path / "s.yaml", space={"A": list(range(300))},
                          run={"finalists": 3},
                          simulate={"devices": DEVICES, "trial_ms": 10, "seed": 3})
     out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out) == 0
+    assert sweep_cli("run", spec, "--out", out, *runtime_args) == 0
     rows = pq.read_table(out / "trials.parquet").to_pylist()
     assert {r["device"] for r in rows} == set(DEVICES)
     for r in rows:  # each type has latencies of its own

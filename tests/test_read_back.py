@@ -363,13 +363,13 @@ def test_a_negative_search_seed_is_refused_before_anything_is_written(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
-def test_sigint_during_halvings_rungs_stops_the_run_with_130(ray_address, tmp_path):
+def test_sigint_during_halvings_rungs_stops_the_run_with_130(tmp_path):
     # 8 screened configs of 1 s on 2 workers, then a rung of 4 that takes a trial's time.
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(16))},
                          search={"strategy": "halving", "sample": 0.5, "eta": 2, "seed": 1},
                          simulate={"workers": 2, "trial_ms": 1000}, run={"finalists": 2})
     out = tmp_path / "run"
-    proc = start(["run", spec, "--out", out], out, ray_address)
+    proc = start(["run", spec, "--out", out], out, ["--runtime", "local"])
     wait_until(lambda: "rung 1:" in stderr_of(out), proc)
     os.killpg(proc.pid, signal.SIGINT)
     proc.communicate(timeout=60)

@@ -55,7 +55,7 @@ def table_rows(out: Path) -> list[dict]:
     return pq.read_table(out / "trials.parquet").to_pylist()
 
 
-def test_a_compiled_config_runs_while_a_slow_one_still_compiles(ray_address, tmp_path):
+def test_a_compiled_config_runs_while_a_slow_one_still_compiles(runtime_args, tmp_path):
     # BLOCK 8 is the largest tile, so it is handed out and starts compiling first; it takes
     # 1.5 s while the other seven compile in 0.05 s each on the second slot. A worker that
     # ran configs in the order sent would idle its GPU 1.5 s behind it.
@@ -63,7 +63,7 @@ def test_a_compiled_config_runs_while_a_slow_one_still_compiles(ray_address, tmp
     rows = [{"config": {"BLOCK": b}, "compile_ms": 1500 if b == 8 else 50,
              "latency_ms": float(b)} for b in space["BLOCK"]]
     spec = replay_spec(tmp_path, space, rows)
-    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", *runtime_args) == 0
     got = sorted(table_rows(tmp_path / "run"), key=lambda r: r["started_at"])
     order = [json.loads(r["config"])["BLOCK"] for r in got]
     assert order[-1] == 8, order
@@ -75,11 +75,11 @@ def test_a_compiled_config_runs_while_a_slow_one_still_compiles(ray_address, tmp
 
 
 def test_a_compile_past_the_fixed_limit_is_recorded_timeout_and_the_sweep_goes_on(
-        ray_address, tmp_path):
+        runtime_args, tmp_path):
     space = {"BLOCK": [1, 2, 3, 4]}
     rows = [{"config": {"BLOCK": b}, "compile_ms": 5000 if b == 4 else 20} for b in [1, 2, 3, 4]]
     spec = replay_spec(tmp_path, space, rows, compile_timeout_s=0.5)
-    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", *runtime_args) == 0
     got = {json.loads(r["config"])["BLOCK"]: r for r in table_rows(tmp_path / "run")}
     assert got[4]["status"] == "timeout", got[4]
     assert "run.compile_timeout_s" in got[4]["error"]

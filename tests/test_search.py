@@ -117,7 +117,7 @@ def test_a_search_stopped_by_signals_resumes_to_the_same_rows(ray_address, tmp_p
     for sig, args in ((signal.SIGINT, ["run", spec, "--out", out]),
                       (signal.SIGKILL, ["resume", out])):
         grown = (journal.stat().st_size if journal.exists() else 0) + 1000
-        proc = start(args, out, ray_address)
+        proc = start(args, out, ["--address", ray_address])
         # a few more trials journaled: the signal lands mid-search
         wait_until(lambda n=grown: has_records(out) and journal.stat().st_size > n, proc)
         os.killpg(proc.pid, sig)

@@ -3,8 +3,10 @@ SIGKILLs of the whole group, injected crashes and hangs; then `sweep resume` unt
 is complete, compared row by row with an uninterrupted run. (The driver's rules for each
 fault are pinned down one by one, without Ray, in tests/test_driver.py.)
 
-The CLI processes here join the test session's Ray instance (`--address`), as a resume
-against a running cluster does; tests/test_connect.py stops a CLI starting its own."""
+The signal tests run on both runtimes: the local one (worker processes of the CLI's own)
+and Ray, where the CLI processes join the test session's Ray instance (`--address`), as a
+resume against a running cluster does; tests/test_connect.py stops a CLI starting its
+own."""
 
 from __future__ import annotations
 
@@ -44,12 +46,17 @@ def reference(ray_local, tmp_path_factory) -> list[dict]:
     return rows
 
 
-def start(args: list, out: Path, address: str | None = None) -> subprocess.Popen:
+@pytest.fixture
+def where(runtime_args) -> list[str]:
+    """The runtime's arguments (conftest's runtime_args: local, then Ray joined)."""
+    return runtime_args
+
+
+def start(args: list, out: Path, joining: list[str]) -> subprocess.Popen:
     """The CLI in its own process group, as a shell runs a job; stderr goes to a file
     beside the run so a test can watch it while the process runs."""
     out.parent.mkdir(parents=True, exist_ok=True)
     err = open(out.parent / "stderr.txt", "w")  # noqa: SIM115 - closed with the process
-    joining = ["--address", address] if address else []
     return subprocess.Popen(
         [sys.executable, "-m", "sweep", *map(str, args), *joining], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
@@ -80,13 +87,13 @@ def run_or_resume(spec: Path, out: Path) -> list:
 
 
 def interrupt_then_finish(tmp_path: Path, sig: int, delays: list[float],
-                          address: str) -> list[dict]:
+                          where: list[str]) -> list[dict]:
     """Interrupt runs at the given moments, then resume until complete."""
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
     out = tmp_path / "run"
     for delay in delays:
         before = {p.name: p.stat().st_size for p in out.iterdir()} if out.exists() else {}
-        proc = start(run_or_resume(spec, out), out, address)
+        proc = start(run_or_resume(spec, out), out, where)
         time.sleep(delay)  # the random moment of the signal, not a synchronisation
         os.killpg(proc.pid, sig)
         stdout, _ = proc.communicate(timeout=120)
@@ -108,7 +115,7 @@ def interrupt_then_finish(tmp_path: Path, sig: int, delays: list[float],
                 if snap["state"] == "interrupted":
                     assert best["partial"] is True
     for _ in range(3):  # then resume until complete
-        result = sweep_proc(*run_or_resume(spec, out), "--address", address)
+        result = sweep_proc(*run_or_resume(spec, out), *where)
         assert result.returncode == 0, result.stderr
         if "already complete" in result.stdout or "complete —" in result.stdout:
             break
@@ -121,30 +128,29 @@ def assert_same_as(reference: list[dict], rows: list[dict]) -> None:
         assert {k: row[k] for k in COMPARED} == {k: ref[k] for k in COMPARED}
 
 
-def test_random_sigints_then_resume_equal_an_uninterrupted_run(reference, ray_address,
-                                                               tmp_path):
+def test_random_sigints_then_resume_equal_an_uninterrupted_run(reference, where, tmp_path):
     rng = random.Random(1)
     # one moment during start-up, one while trials run
     rows = interrupt_then_finish(tmp_path, signal.SIGINT,
-                                 [rng.uniform(0.0, 1.5), rng.uniform(1.5, 3.0)], ray_address)
+                                 [rng.uniform(0.0, 1.5), rng.uniform(1.5, 3.0)], where)
     assert_same_as(reference, rows)
 
 
 def test_random_sigkills_of_the_process_group_then_resume_equal_an_uninterrupted_run(
-        reference, ray_address, tmp_path):
+        reference, where, tmp_path):
     rng = random.Random(3)
     rows = interrupt_then_finish(tmp_path, signal.SIGKILL,
-                                 [rng.uniform(1.5, 3.0), rng.uniform(1.0, 2.5)], ray_address)
+                                 [rng.uniform(1.5, 3.0), rng.uniform(1.0, 2.5)], where)
     assert_same_as(reference, rows)
 
 
 def test_sigterm_stops_with_143_a_partial_best_and_cancelled_trials_run_again_as_attempt_2(
-        ray_address, tmp_path):
+        where, tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(6))},
                          simulate={"workers": 3, "trial_ms": 700},
                          run={**RUN, "drain_s": 0.1})
     out = tmp_path / "run"
-    proc = start(["run", spec, "--out", out], out, ray_address)
+    proc = start(["run", spec, "--out", out], out, where)
     wait_until(lambda: has_records(out), proc)  # the next trials are in flight now
     os.killpg(proc.pid, signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=60)
@@ -166,13 +172,12 @@ def test_sigterm_stops_with_143_a_partial_best_and_cancelled_trials_run_again_as
     assert all(r["attempt"] == 1 for r in rows if r["index"] not in cancelled)
 
 
-def test_a_second_signal_exits_at_once_and_loses_no_acknowledged_trial(ray_address,
-                                                                       tmp_path):
+def test_a_second_signal_exits_at_once_and_loses_no_acknowledged_trial(where, tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
                          simulate={"workers": 2, "trial_ms": 200, "hang_rate": 0.5, "seed": 1},
                          run={**RUN, "drain_s": 60, "trial_timeout_s": 60})
     out = tmp_path / "run"
-    proc = start(["run", spec, "--out", out], out, ray_address)
+    proc = start(["run", spec, "--out", out], out, where)
     wait_until(lambda: has_records(out), proc)
     os.killpg(proc.pid, signal.SIGINT)  # starts a 60 s drain: a hung trial never finishes
     wait_until(lambda: "draining" in stderr_of(out), proc)

@@ -393,10 +393,11 @@ def test_the_jobs_command_carries_the_time_budget_and_force():
 
     command = shlex.split(_entrypoint("s.yaml", "~/runs/x", "simulate", 5, 30.0, True))
     tail = command[command.index("run"):]
-    assert tail == ["run", "s.yaml", "--out", "$out", "--backend", "simulate",
-                    "--max-trials", "5", "--time-budget", "30.0", "--force"]
+    # On the cluster it was submitted to, whatever the spec's run.runtime says.
+    assert tail == ["run", "s.yaml", "--out", "$out", "--runtime", "ray", "--backend",
+                    "simulate", "--max-trials", "5", "--time-budget", "30.0", "--force"]
     plain = shlex.split(_entrypoint("s.yaml", "~/runs/x", None, None))
-    assert plain[plain.index("run"):] == ["run", "s.yaml", "--out", "$out"]
+    assert plain[plain.index("run"):] == ["run", "s.yaml", "--out", "$out", "--runtime", "ray"]
 
 
 def test_a_sweep_the_cache_answers_on_the_head_names_no_run_directory(capsys):

@@ -1,0 +1,50 @@
+"""Which engine runs a sweep's workers: the local one (processes of this machine) unless
+a Ray cluster is named or found, or `run.runtime` / `--runtime` chooses. Imports neither
+engine until it is chosen: a run on the local one never imports Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sweep import machine
+from sweep.runtime import Engine
+from sweep.spec import RUNTIMES, SpecError
+
+# How long a head recorded on this machine may take to answer: it is this machine's own, so
+# one that does not answer at once is not up (its record outlived it).
+HEAD_PROBE_S = 0.5
+
+
+def wanted(asked: str | None, spec_runtime: str, address: str | None,
+           callers_ray: bool = False) -> str:
+    """"local" or "ray". asked: --runtime (or the API's runtime=), over the spec's
+    run.runtime; auto: Ray where --address, RAY_ADDRESS or a `ray start` head on this
+    machine (started by this user, answering) names a cluster, or where this process has
+    connected Ray already (callers_ray: the Python API's caller), else local."""
+    if asked is not None and asked not in RUNTIMES:
+        raise SpecError(f"--runtime: expected one of {', '.join(RUNTIMES)}, got {asked!r}")
+    chosen = asked if asked is not None else spec_runtime
+    if chosen == "local":
+        if address:
+            raise SpecError(f"--address {address}: names a Ray cluster, but the runtime is "
+                            "local (--runtime / run.runtime); pass --runtime ray, or leave "
+                            "--address out")
+        return "local"
+    ray = sys.modules.get("ray") if callers_ray else None
+    if chosen == "ray" or address or os.environ.get("RAY_ADDRESS") or \
+            (ray is not None and ray.is_initialized()):
+        return "ray"
+    return "ray" if machine.ray_head_here(HEAD_PROBE_S) is not None else "local"
+
+
+def choose(asked: str | None, spec_runtime: str, address: str | None,
+           shut_down: bool = True, callers_ray: bool = False) -> Engine:
+    """The engine wanted() names. shut_down: see RayEngine."""
+    if wanted(asked, spec_runtime, address, callers_ray) == "local":
+        from sweep.local_engine import LocalEngine
+
+        return LocalEngine()
+    from sweep.ray_engine import RayEngine
+
+    return RayEngine(address, shut_down=shut_down)

@@ -1,0 +1,57 @@
+"""The Ray engine: a run's workers as actors of a Ray cluster, joined or started
+(sweep/cluster.py), driven through RayRuntime (sweep/ray_runtime.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import ray
+
+from actors.worker import WorkerSettings
+from sweep import cluster
+from sweep.ray_runtime import RayRuntime
+from sweep.runtime import Placement
+from sweep.spec import Spec
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, address: str | None, shut_down: bool = True) -> None:
+        """address: as --address takes it (None: RAY_ADDRESS, a head started here, else a
+        private instance). shut_down: close() shuts down the Ray this engine connected;
+        the CLI passes False and ends its process without waiting on Ray's shutdown."""
+        self.address = address
+        self.shut_down = shut_down
+        self._connected = False
+
+    def on_this_machine(self) -> bool:
+        return cluster.starts_local(self.address)
+
+    def connect(self, stop_requested: Callable[[], bool], say: Callable[[str], None]) -> None:
+        self._connected = cluster.connect(self.address, stop_requested, say)
+
+    def resolve_backend(self, spec: Spec) -> str:
+        return cluster.resolve_backend(spec)
+
+    def placement(self, spec: Spec, backend: str) -> Placement:
+        return cluster.placement(spec, backend)
+
+    def device_names(self, kinds: Sequence[str], stop_requested: Callable[[], bool]
+                     ) -> list[tuple[str, dict[str, str]]] | None:
+        return cluster.gpu_names(list(kinds), stop_requested)
+
+    def runtime(self, settings: WorkerSettings, placement: Placement,
+                batches: int) -> RayRuntime:
+        return RayRuntime(settings, placement, batches, cluster.labelled_types())
+
+    def divert_reports(self, log: Path) -> None:
+        cluster.divert_ray_reports(log)
+
+    def mark_lost(self) -> None:
+        cluster.mark_lost()
+
+    def close(self) -> None:
+        if self._connected and self.shut_down and not cluster.lost():  # it would wait
+            ray.shutdown()

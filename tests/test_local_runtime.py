@@ -1,0 +1,223 @@
+"""The local runtime for real: worker processes of this machine, killed with real signals,
+and the engine's choice between local and Ray. (The driver's rules over any runtime are in
+tests/test_driver.py; whole runs on both runtimes in tests/test_stop_resume.py.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, simulate_spec, sweep_proc
+
+from actors.worker import WorkerSettings
+from sweep import engines, machine
+from sweep.local_runtime import LocalRuntime
+from sweep.runtime import (
+    BatchDone,
+    Placement,
+    RetimeAbandoned,
+    TrialsDone,
+    WorkerLost,
+    WorkerUp,
+)
+from sweep.spec import SpecError
+
+
+def settings(**simulate) -> WorkerSettings:
+    return WorkerSettings(
+        backend="simulate", kernel="matmul", problem={}, trial_timing=(0, 1),
+        finalist_timing=(0, 1), tolerance=None, seed=0,
+        simulate={"trial_ms": 5, "fail_rate": 0.0, "crash_rate": 0.0, "hang_rate": 0.0,
+                  "seed": 0, **simulate}, run="f" * 16)
+
+
+def events_until(runtime: LocalRuntime, done, timeout: float = 30.0) -> list:
+    """Events until done(events) holds (the state awaited, never a time span)."""
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while not done(seen):
+        assert time.monotonic() < deadline, f"not reached in time; saw {seen}"
+        seen += runtime.poll(0.1)
+    return seen
+
+
+def pid_of(worker: str, runtime: LocalRuntime) -> int:
+    return runtime._workers[worker].child.process.pid
+
+
+def test_a_batch_sent_before_the_worker_is_up_runs_and_streams_every_record():
+    runtime = LocalRuntime(settings(), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        trials = [(i, {"A": i}, 1) for i in range(50)]
+        runtime.submit("w1", 0, trials, ())  # at once: the worker is not up yet
+        seen = events_until(runtime, lambda ev: any(isinstance(e, BatchDone) for e in ev))
+        assert isinstance(seen[0], WorkerUp) or any(isinstance(e, WorkerUp) for e in seen)
+        done = [r.index for e in seen if isinstance(e, TrialsDone) for r in e.records]
+        assert done == list(range(50))
+        lines = [line for e in seen if isinstance(e, TrialsDone) for line in e.lines]
+        assert all(line and b'"run":"ffffffffffffffff"' in line.replace(b" ", b"")
+                   for line in lines)
+    finally:
+        runtime.close()
+
+
+def test_a_worker_killed_mid_batch_is_lost_with_how_it_ended_and_nothing_sent_is_lost():
+    runtime = LocalRuntime(settings(trial_ms=50), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        runtime.submit("w1", 0, [(i, {"A": i}, 1) for i in range(200)], ())
+        seen = events_until(runtime, lambda ev: sum(
+            len(e.records) for e in ev if isinstance(e, TrialsDone)) >= 3)
+        os.kill(pid_of("w1", runtime), signal.SIGKILL)
+        seen += events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
+        lost = [e for e in seen if isinstance(e, WorkerLost)]
+        assert len(lost) == 1 and "killed by SIGKILL" in lost[0].why, lost
+        assert not lost[0].init_failed
+        done = [r.index for e in seen if isinstance(e, TrialsDone) for r in e.records]
+        assert done == list(range(len(done))) and 3 <= len(done) < 200
+        assert runtime.poll(0.0) == []  # nothing of it after its loss
+    finally:
+        runtime.close()
+
+
+def test_a_worker_that_dies_in_a_trial_is_lost_with_its_exit_code():
+    runtime = LocalRuntime(settings(crash_rate=1.0), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        runtime.submit("w1", 0, [(0, {"A": 0}, 1)], ())
+        seen = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
+        assert "exit code 17" in seen[-1].why
+    finally:
+        runtime.close()
+
+
+def test_a_worker_whose_start_up_raises_is_an_init_failure_in_one_line():
+    bad = WorkerSettings(**{**settings().__dict__, "simulate": {"nonsense": 1}})
+    runtime = LocalRuntime(bad, Placement(workers=1))
+    try:
+        runtime.start("w1")
+        seen = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
+        lost = seen[-1]
+        assert lost.init_failed and "nonsense" in lost.why and "\n" not in lost.why
+    finally:
+        runtime.close()
+
+
+def test_re_timing_on_a_worker_that_dies_meanwhile_is_abandoned_not_hung():
+    runtime = LocalRuntime(settings(trial_ms=2000), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        events_until(runtime, lambda ev: any(isinstance(e, WorkerUp) for e in ev))
+        pid = pid_of("w1", runtime)
+        killer = subprocess.Popen([sys.executable, "-c",
+                                   f"import os, time; time.sleep(0.5); os.kill({pid}, 9)"])
+        started = time.monotonic()
+        with pytest.raises(RetimeAbandoned, match="killed by SIGKILL"):
+            runtime.retime("w1", [{"A": 1}], 3, 60.0, lambda: False)
+        assert time.monotonic() - started < 10
+        killer.wait()
+    finally:
+        runtime.close()
+
+
+def test_a_re_timing_given_up_never_answers_the_next_one():
+    runtime = LocalRuntime(settings(trial_ms=400), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        events_until(runtime, lambda ev: any(isinstance(e, WorkerUp) for e in ev))
+        with pytest.raises(RetimeAbandoned, match="no answer within"):
+            runtime.retime("w1", [{"A": 1}, {"A": 2}, {"A": 3}], 1, 0.1, lambda: False)
+        # The first answer arrives while the second request waits: it is not taken.
+        again = runtime.retime("w1", [{"A": 7}], 1, 30.0, lambda: False)
+        assert len(again.finalists) == 1
+    finally:
+        runtime.close()
+
+
+def test_re_timing_on_a_worker_already_lost_is_abandoned_at_once_every_time():
+    runtime = LocalRuntime(settings(), Placement(workers=1))
+    try:
+        runtime.start("w1")
+        events_until(runtime, lambda ev: any(isinstance(e, WorkerUp) for e in ev))
+        os.kill(pid_of("w1", runtime), signal.SIGKILL)
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(RetimeAbandoned, match="was lost"):
+                runtime.retime("w1", [{"A": 1}], 1, 60.0, lambda: False)
+            assert time.monotonic() - started < 10
+        lost = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
+        assert [type(e) for e in lost] == [WorkerLost]
+    finally:
+        runtime.close()
+
+
+def test_gpus_are_given_out_one_a_worker_and_back_when_it_is_killed():
+    runtime = LocalRuntime(settings(), Placement(workers=2, num_gpus=1),
+                           gpus={"0": "H200", "1": "H200"})
+    try:
+        runtime.start("w1")
+        runtime.start("w2")
+        runtime.start("w3")  # no GPU left for it
+        held = {runtime._workers[w].gpu for w in ("w1", "w2")}
+        assert held == {"0", "1"}
+        lost = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
+        assert [e.worker for e in lost if isinstance(e, WorkerLost)] == ["w3"]
+        runtime.kill("w1")
+        runtime.start("w4")
+        assert runtime._workers["w4"].gpu in held
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("asked, spec, address, env, head, expected", [
+    (None, "auto", None, {}, False, "local"),
+    (None, "auto", "127.0.0.1:6379", {}, False, "ray"),
+    (None, "auto", None, {"RAY_ADDRESS": "10.0.0.1:6379"}, False, "ray"),
+    (None, "auto", None, {}, True, "ray"),
+    (None, "auto", "local", {}, False, "ray"),  # a private Ray instance, as before
+    ("local", "auto", None, {"RAY_ADDRESS": "10.0.0.1:6379"}, True, "local"),
+    (None, "ray", None, {}, False, "ray"),
+    ("auto", "local", None, {}, True, "ray"),  # --runtime auto over the spec's local
+    ("auto", "local", None, {}, False, "local"),
+    ("ray", "local", None, {}, False, "ray"),
+])
+def test_the_runtime_is_local_unless_a_ray_cluster_is_named_or_found(
+        monkeypatch, asked, spec, address, env, head, expected):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(machine, "ray_head_here", lambda *a, **k: "127.0.0.1:1" if head else None)
+    assert engines.wanted(asked, spec, address) == expected
+
+
+def test_a_local_runtime_with_an_address_is_refused_in_one_line():
+    with pytest.raises(SpecError, match=re.escape("--address 10.0.0.1:6379: names a Ray")):
+        engines.wanted("local", "auto", "10.0.0.1:6379")
+
+
+def test_a_run_on_the_local_runtime_never_imports_ray(tmp_path):
+    spec = simulate_spec(tmp_path / "spec.yaml", run={"finalists": 2})
+    code = ("import sys; from sweep.cli import main; code = main(['run', sys.argv[1], "
+            "'--out', sys.argv[2]]); assert 'ray' not in sys.modules, 'ray imported'; "
+            "sys.exit(code)")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", code, str(spec), str(tmp_path / "run")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "trials.parquet").exists()
+
+
+def test_simulate_resources_on_the_local_runtime_are_refused_in_one_line(tmp_path):
+    spec = simulate_spec(tmp_path / "spec.yaml", simulate={"resources": {"sim_gpu": 1}})
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: {spec}: simulate.resources: asks Ray for resources, and this run's runtime "
+        "is local (run.runtime: ray, or --address, runs it on Ray)"]
+    assert not (tmp_path / "run").exists()
