@@ -46,7 +46,6 @@ class _Interrupted(BaseException):
     Exception, so that no `except Exception` in Ray's start-up swallows it."""
 
 
-_abandoned = threading.Event()
 _lost = threading.Event()
 
 
@@ -72,12 +71,6 @@ def end_private_now() -> None:
         for pid in _rays_children(set()):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def abandoned() -> bool:
-    """Whether a ray.init was left running in a thread, or the cluster's head was lost:
-    the process must then end with os._exit, since Ray's exit hooks would wait on either."""
-    return _abandoned.is_set() or _lost.is_set()
 
 
 # --- one Ray for the sweep.api calls of one process ------------------------------------
@@ -507,13 +500,10 @@ def _join_responsively(init: Callable[[], object], address: str,
         thread.start()
         while thread.is_alive():
             if stop_requested():
-                _abandoned.set()
                 raise ConnectAbandoned("stopped while joining the Ray cluster")
             if stderr.refused.is_set():
-                _abandoned.set()
                 raise SpecError(_refused_token(address, named))
             if time.monotonic() >= deadline:
-                _abandoned.set()
                 raise SpecError(f"{named}: no Ray cluster answered at {address} within "
                                 f"{CONNECT_TIMEOUT_S:g} s; is that the head's GCS port "
                                 "(6379 by default)?")
