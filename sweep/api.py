@@ -300,12 +300,9 @@ def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | 
     out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
     stop = StopController(exit_at_once=False,
                           asked=asked.is_set if asked is not None else lambda: False)
-    from sweep import cluster
-
     stop.install()
-    try:
-        with cluster.shared_ray():  # with the process's other calls (see there)
-            code, session = call(request, stop, out, err, started)
+    try:  # on Ray, with the process's other calls (see sweep/ray_engine.py)
+        code, session = call(request, stop, out, err, started)
     except SpecError as e:
         if rename is None:
             raise

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import ray
 
 from actors.worker import WorkerSettings
 from sweep import cluster
@@ -20,17 +19,22 @@ class RayEngine:
 
     def __init__(self, address: str | None, shut_down: bool = True) -> None:
         """address: as --address takes it (None: RAY_ADDRESS, a head started here, else a
-        private instance). shut_down: close() shuts down the Ray this engine connected;
-        the CLI passes False and ends its process without waiting on Ray's shutdown."""
+        private instance). shut_down: the Ray is shared with the process's other calls
+        (the Python API's, several threads at once), and the last of them to end shuts
+        down the one they connected (cluster.shared_ray); the CLI passes False and ends
+        its process without waiting on Ray's shutdown."""
         self.address = address
         self.shut_down = shut_down
-        self._connected = False
+        self._sharing: contextlib.AbstractContextManager[None] | None = None
 
     def on_this_machine(self) -> bool:
         return cluster.starts_local(self.address)
 
     def connect(self, stop_requested: Callable[[], bool], say: Callable[[str], None]) -> None:
-        self._connected = cluster.connect(self.address, stop_requested, say)
+        if self.shut_down and self._sharing is None:
+            self._sharing = cluster.shared_ray()
+            self._sharing.__enter__()
+        cluster.connect(self.address, stop_requested, say)
 
     def resolve_backend(self, spec: Spec) -> str:
         return cluster.resolve_backend(spec)
@@ -53,5 +57,6 @@ class RayEngine:
         cluster.mark_lost()
 
     def close(self) -> None:
-        if self._connected and self.shut_down and not cluster.lost():  # it would wait
-            ray.shutdown()
+        if self._sharing is not None:  # the last call to end shuts Ray down
+            sharing, self._sharing = self._sharing, None
+            sharing.__exit__(None, None, None)

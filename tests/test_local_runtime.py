@@ -202,15 +202,18 @@ def test_a_local_runtime_with_an_address_is_refused_in_one_line():
 
 
 def test_a_run_on_the_local_runtime_never_imports_ray(tmp_path):
+    """Neither the CLI's nor the Python API's."""
     spec = simulate_spec(tmp_path / "spec.yaml", run={"finalists": 2})
-    code = ("import sys; from sweep.cli import main; code = main(['run', sys.argv[1], "
-            "'--out', sys.argv[2]]); assert 'ray' not in sys.modules, 'ray imported'; "
-            "sys.exit(code)")
+    code = ("import sys; from sweep.cli import main; from sweep import api; "
+            "code = main(['run', sys.argv[1], '--out', sys.argv[2]]); "
+            "assert api.run(sys.argv[1], out=sys.argv[2] + '-api', quiet=True).complete; "
+            "assert 'ray' not in sys.modules, 'ray imported'; sys.exit(code)")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-c", code, str(spec), str(tmp_path / "run")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "trials.parquet").exists()
+    assert (tmp_path / "run-api" / "trials.parquet").exists()
 
 
 def test_simulate_resources_on_the_local_runtime_are_refused_in_one_line(tmp_path):
