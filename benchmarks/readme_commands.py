@@ -40,8 +40,12 @@ def timed_run(spec: str, out: Path, *extra: str, cache: str | None = None) -> di
     if not (out / "snapshot.json").exists():  # answered by the cache
         return {"command_s": command_s}
     snap = json.loads((out / "snapshot.json").read_text())["snapshot"]
+    start = snap["timeline"]["session_start"]
     return {"command_s": command_s, "sweep_s": snap["written_at"] - snap["first_dispatch_at"],
-            "trials": snap["done"], "state": snap["state"]}
+            "trials": snap["done"], "state": snap["state"],
+            # Seconds from the session's start to each phase (snapshot.json's timeline).
+            "phases_s": {k: round(v - start, 3) for k, v in sorted(
+                snap["timeline"].items(), key=lambda kv: kv[1])}}
 
 
 def main() -> None:

@@ -88,9 +88,8 @@ def local_devices(backend: str) -> list[str] | None:
     if backend not in ("auto", "cuda"):
         return None
     gpus = gpus_by_id()
-    if not gpus:
-        no_gpu = shutil.which("nvidia-smi") is None or not visible_gpus()
-        return ["cpu-interpreter"] if no_gpu and backend == "auto" else None
+    if not gpus:  # no GPU: auto interprets
+        return ["cpu-interpreter"] if backend == "auto" else None
     names = sorted(set(gpus.values()))
     return None if "" in names else names
 
