@@ -42,10 +42,10 @@ def ray_address(ray_local) -> str:
     return ray_local.get_runtime_context().gcs_address
 
 
-@pytest.fixture(params=["local", "ray"])
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.slow)])
 def runtime_args(request) -> list[str]:
-    """A test run on each runtime: the local one, and Ray (the session's instance joined);
-    the CLI's arguments that choose it."""
+    """A test run on each runtime: the local one, and Ray (the session's instance joined,
+    in the slow tier); the CLI's arguments that choose it."""
     if request.param == "local":
         return ["--runtime", "local"]
     return ["--address", request.getfixturevalue("ray_address")]
@@ -82,6 +82,28 @@ def sweep_cli(*args: str | Path) -> int:
     from sweep.cli import main
 
     return main([str(a) for a in args])
+
+
+def sweep_in(*args: str | Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process, its exit code and output captured as sweep_proc gives them:
+    for tests of what the command says and writes, where a process of its own (a second
+    or more of start-up) adds nothing. env: variables set for the call only."""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if env:
+            patch = stack.enter_context(pytest.MonkeyPatch.context())
+            for name, value in env.items():
+                patch.setenv(name, value)
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        try:
+            code = sweep_cli(*args)
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(["sweep", *map(str, args)], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def sweep_proc(*args: str | Path, cwd: Path = ROOT, timeout: float = 120,

@@ -280,7 +280,7 @@ class Cluster:
         return {by_dir[s.temp_dir]: s for s in gcs_nodes(self.address)
                 if s.temp_dir in by_dir}
 
-    def wait_alive(self, timeout_s: float = 60.0) -> dict[str, NodeState]:
+    def wait_alive(self, timeout_s: float = 180.0) -> dict[str, NodeState]:
         """Until the GCS reports every node alive with its resources registered."""
         deadline = time.monotonic() + timeout_s
         last: object = None
@@ -357,9 +357,10 @@ class Cluster:
 @contextlib.contextmanager
 def cluster(port: int, workers: dict[str, dict[str, float]], *,
             head_resources: dict[str, float] | None = None, num_cpus: int = 1,
-            timeout_s: float = 60.0) -> Iterator[Cluster]:
+            timeout_s: float = 180.0) -> Iterator[Cluster]:
     """A head and the named worker nodes (name -> custom resources), all alive; torn down
-    by pid afterwards, however the block ends."""
+    by pid afterwards, however the block ends. timeout_s: long, since the wait ends as soon
+    as they are up, and three Ray nodes start slowly on a loaded machine."""
     c = Cluster(port)
     try:
         c.start_head(head_resources, num_cpus=num_cpus)
@@ -395,7 +396,7 @@ def listening(port: int) -> bool:
         return False
 
 
-def await_head(proc: subprocess.Popen, root: Path, port: int, timeout: float = 60) -> None:
+def await_head(proc: subprocess.Popen, root: Path, port: int, timeout: float = 180) -> None:
     """Until the `ray start --head --block` in proc has recorded its cluster under root
     and its GCS port answers: the head is up (its log under root/head.log otherwise)."""
     record = root / "ray" / "ray_current_cluster"

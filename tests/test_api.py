@@ -1,6 +1,7 @@
 """The Python API (sweep.api): run and resume from a spec path or a mapping, the result
 object, observers, signal handlers owned by the caller, the time budget, a run in which
-nothing worked. In-process, on the test session's Ray instance."""
+nothing worked. In-process, on the local runtime; one run on the test session's Ray, and
+two calls sharing a Ray of their own in a process of theirs (the slow tier)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import warnings
+from collections.abc import Callable
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,7 +26,8 @@ SPACE = {"A": list(range(10)), "B": list(range(6))}
 
 def sim_doc(**simulate) -> dict:
     return {"name": "api", "kernel": "matmul", "space": SPACE,
-            "run": {"backend": "simulate", "snapshot_every_s": 0.5, "drain_s": 2},
+            "run": {"backend": "simulate", "snapshot_every_s": 0.5, "drain_s": 2,
+                    "runtime": "local"},
             "simulate": {"workers": 2, "trial_ms": 1, **simulate}}
 
 
@@ -32,9 +36,12 @@ def journal_order(run_dir) -> list[int]:
     return [json.loads(line)["index"] for line in lines if '"index"' in line]
 
 
-def test_a_mapping_spec_runs_and_its_result_holds_the_best_and_the_table(ray_local, tmp_path):
+def test_a_mapping_spec_runs_on_ray_and_its_result_holds_the_best_and_the_table(ray_local,
+                                                                               tmp_path):
+    # The default tier's run on a real local Ray (the session's, which the call joins).
     seen: list[dict] = []
-    result = api.run(sim_doc(), out=tmp_path / "run", on_trial=seen.append, quiet=True)
+    result = api.run(sim_doc(), out=tmp_path / "run", on_trial=seen.append, quiet=True,
+                     runtime="ray")
     assert (result.state, result.exit_code, result.complete) == ("complete", 0, True)
     table = result.table()
     assert table.column("index").to_pylist() == list(range(60))
@@ -68,8 +75,7 @@ def test_a_script_that_reads_the_table_last_exits_cleanly(tmp_path):
                for _ in range(8)]
     ended = [(p.wait(60), p.stderr.read()[-500:]) for p in scripts if p.stderr]
     assert [rc for rc, _ in ended] == [0] * 8, ended
-def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(
-        ray_local, tmp_path):
+def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(tmp_path):
     calls = []
 
     def broken(record: dict) -> None:
@@ -94,8 +100,7 @@ def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(
         pq.read_table(tmp_path / "b" / "trials.parquet", columns=columns)
 
 
-def test_ctrl_c_in_a_notebook_stops_cleanly_raises_and_leaves_the_callers_handlers(
-        ray_local, tmp_path):
+def test_ctrl_c_in_a_notebook_stops_cleanly_raises_and_leaves_the_callers_handlers(tmp_path):
     def callers_sigint(signum, frame):  # a notebook kernel's own handler, say
         raise AssertionError("the sweep's handler should have taken this signal")
 
@@ -143,28 +148,48 @@ def test_importing_the_package_changes_no_signal_handler_nor_sys_path():
     assert done.returncode == 0, done.stderr
 
 
-def test_a_time_budget_stops_the_run_resumably(ray_local, tmp_path):
-    doc = {**sim_doc(trial_ms=40), "space": {"A": list(range(200))}}
-    result = api.run(doc, out=tmp_path / "run", time_budget_s=3, quiet=True)
+def spend_the_budget_at_the_first_trial(budget_s: float) -> Callable[..., None]:
+    """An observer that holds the driver at the first finished trial until the budget is
+    spent (it began before the call's first trial): a trial is done, and the budget ends
+    before the run can, however slowly a loaded machine starts the workers."""
+    def hold(*args: object) -> None:
+        if not hold.held:  # type: ignore[attr-defined]
+            hold.held = True  # type: ignore[attr-defined]
+            time.sleep(budget_s)
+    hold.held = False  # type: ignore[attr-defined]
+    return hold
+
+
+def test_a_time_budget_stops_the_run_resumably(tmp_path):
+    doc = {**sim_doc(trial_ms=20), "space": {"A": list(range(60))}}
+    doc["run"]["finalists"] = 0
+    result = api.run(doc, out=tmp_path / "run", time_budget_s=0.5, quiet=True,
+                     runtime="local", on_trial=spend_the_budget_at_the_first_trial(0.5))
     assert (result.state, result.exit_code) == ("interrupted", 0)
-    assert 0 < result.done < 200
+    assert 0 < result.done < 60
     assert json.loads((tmp_path / "run" / "best.json").read_text())["partial"] is True
-    assert api.resume(tmp_path / "run", quiet=True).state == "complete"
-    assert sorted(journal_order(tmp_path / "run")) == list(range(200))
+    assert api.resume(tmp_path / "run", quiet=True, runtime="local").state == "complete"
+    assert sorted(journal_order(tmp_path / "run")) == list(range(60))
 
 
-def test_the_cli_time_budget_and_trials_jsonl(ray_local, tmp_path, capsys):
-    spec = simulate_spec(tmp_path / "s.yaml", space={"A": list(range(200))},
-                         simulate={"trial_ms": 40}, run={"drain_s": 2})
+def test_the_cli_time_budget_and_trials_jsonl(tmp_path, monkeypatch, capsys):
+    from sweep.observers import TrialsJsonl
+
+    spec = simulate_spec(tmp_path / "s.yaml", space={"A": list(range(60))},
+                         simulate={"trial_ms": 20}, run={"drain_s": 2, "finalists": 0})
     stream = tmp_path / "trials.jsonl"
-    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--time-budget", "3",
-                     "--trials-jsonl", stream) == 0
-    assert "time budget of 3 s is spent" in capsys.readouterr().err
+    hold, write = spend_the_budget_at_the_first_trial(0.5), TrialsJsonl.on_records
+    monkeypatch.setattr(TrialsJsonl, "on_records",
+                        lambda self, *args: (write(self, *args), hold()))
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", "--time-budget", "0.5",
+                     "--trials-jsonl", stream, "--runtime", "local") == 0
+    assert "time budget of 0.5 s is spent" in capsys.readouterr().err
     first = [json.loads(line)["index"] for line in stream.read_text().splitlines()]
-    assert 0 < len(first) < 200 and first == journal_order(tmp_path / "run")
-    assert sweep_cli("resume", tmp_path / "run", "--trials-jsonl", stream) == 0
+    assert 0 < len(first) < 60 and first == journal_order(tmp_path / "run")
+    assert sweep_cli("resume", tmp_path / "run", "--trials-jsonl", stream,
+                     "--runtime", "local") == 0
     every = [json.loads(line)["index"] for line in stream.read_text().splitlines()]
-    assert sorted(every) == list(range(200))  # appended: each trial once
+    assert sorted(every) == list(range(60))  # appended: each trial once
     for bad in ("0", "-1", "nan"):
         assert sweep_cli("run", spec, "--out", tmp_path / "x", "--time-budget", bad) == 2
         assert "--time-budget: expected a finite number of seconds > 0" in \
@@ -175,13 +200,13 @@ def test_the_cli_time_budget_and_trials_jsonl(ray_local, tmp_path, capsys):
                      tmp_path / "x.jsonl") == 2
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.jsonl").exists()
     # Spent before any trial began: like a stop then, nothing is written.
-    early = api.run(sim_doc(), out=tmp_path / "y", time_budget_s=1e-6, quiet=True)
+    early = api.run(sim_doc(), out=tmp_path / "y", time_budget_s=1e-6, quiet=True,
+                    runtime="local")
     assert (early.state, early.run_dir, early.exit_code) == ("interrupted", None, 0)
     assert not (tmp_path / "y").exists()
 
 
-def test_a_complete_run_where_nothing_worked_exits_3_with_its_commonest_errors(
-        ray_local, tmp_path, capsys):
+def test_a_complete_run_where_nothing_worked_exits_3_with_its_commonest_errors(tmp_path, capsys):
     spec = simulate_spec(tmp_path / "s.yaml", simulate={"fail_rate": 1.0})
     assert sweep_cli("run", spec, "--out", tmp_path / "run") == 3
     out = capsys.readouterr().out
@@ -197,7 +222,7 @@ def test_a_complete_run_where_nothing_worked_exits_3_with_its_commonest_errors(
     assert set(attempts.to_pylist()) == {2}
 
 
-def test_bad_input_raises_the_clis_one_line_error_naming_the_key(ray_local, tmp_path):
+def test_bad_input_raises_the_clis_one_line_error_naming_the_key(tmp_path):
     doc = sim_doc()
     doc["run"] = {**doc["run"], "workers": 0}
     with pytest.raises(api.SpecError) as e:
@@ -208,7 +233,7 @@ def test_bad_input_raises_the_clis_one_line_error_naming_the_key(ray_local, tmp_
         api.run(sim_doc(), out=tmp_path / "run", on_trial="print", quiet=True)  # type: ignore
 
 
-def test_a_second_ctrl_c_raises_at_once_and_loses_no_finished_trial(ray_local, tmp_path):
+def test_a_second_ctrl_c_raises_at_once_and_loses_no_finished_trial(tmp_path):
     seen: list[int] = []
 
     def interrupt_twice(record: dict) -> None:
@@ -232,7 +257,7 @@ def test_a_second_ctrl_c_raises_at_once_and_loses_no_finished_trial(ray_local, t
 
 
 def test_a_stop_as_the_last_trial_ends_completes_without_caching_an_unchecked_best(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     from storage.cache import lookup
 
     doc = {**sim_doc(), "space": {"A": list(range(12))}}
@@ -251,7 +276,7 @@ def test_a_stop_as_the_last_trial_ends_completes_without_caching_an_unchecked_be
     assert lookup("matmul", "", {}) == []
 
 
-def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(ray_local, tmp_path,
+def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(tmp_path,
                                                                monkeypatch, capsys):
     import errno
 
@@ -268,7 +293,7 @@ def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(ray_local, tmp_pa
     assert "Traceback" not in err
 
 
-def test_a_call_on_another_thread_is_stopped_by_its_event(ray_local, tmp_path):
+def test_a_call_on_another_thread_is_stopped_by_its_event(tmp_path):
     import threading
 
     asked = threading.Event()
@@ -373,6 +398,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_two_calls_on_two_threads_share_ray_and_both_complete(tmp_path):
     # A process of its own: an abort in Ray's core worker must fail this test, not end
     # pytest. The first call starts Ray (a private one, on its thread) and returns while
@@ -435,7 +461,7 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize(("function", "given", "says"), BAD_OPTIONS,
                          ids=[f"{f}-{'-'.join(g)}={g[next(iter(g))]!r}"
                               for f, g, _ in BAD_OPTIONS])
-def test_a_wrong_option_is_a_spec_error_naming_it(ray_local, tmp_path, function, given, says):
+def test_a_wrong_option_is_a_spec_error_naming_it(tmp_path, function, given, says):
     jsonl = tmp_path / "trials.jsonl"
     if function == "run":
         kwargs = {"spec": sim_doc(), "out": tmp_path / "run", "quiet": True,

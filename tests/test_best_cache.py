@@ -35,7 +35,7 @@ def fastest(space_configs: list[dict]) -> dict:
     return min(space_configs, key=lambda c: draws(SEED, c)[1])
 
 
-def test_a_slower_run_does_not_replace_a_cached_best(ray_local, tmp_path, capsys):
+def test_a_slower_run_does_not_replace_a_cached_best(tmp_path, capsys):
     full = simulate_spec(tmp_path / "full.yaml", space=SPACE, run={"finalists": 0})
     every = [{"A": a, "B": b} for a in SPACE["A"] for b in SPACE["B"]]
     best = fastest(every)
@@ -61,7 +61,7 @@ def test_a_slower_run_does_not_replace_a_cached_best(ray_local, tmp_path, capsys
     assert (still.versions, still.partial) == (library_versions(), False)
 
 
-def test_a_complete_run_replaces_a_partial_entry_even_when_slower(ray_local, tmp_path):
+def test_a_complete_run_replaces_a_partial_entry_even_when_slower(tmp_path):
     spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, run={"finalists": 0})
     assert sweep_cli("run", spec, "--out", tmp_path / "a", "--max-trials", "39",
                      "--cache-partial") == 0
@@ -84,7 +84,7 @@ def softmax_spec(path: Path) -> Path:
                       run={"backend": "interpret", "finalists": 0})
 
 
-def test_a_cached_interpreter_run_answers_the_next_and_launch_code(ray_local, tmp_path,
+def test_a_cached_interpreter_run_answers_the_next_and_launch_code(tmp_path,
                                                                     capsys):
     spec = softmax_spec(tmp_path / "spec.yaml")
     problem = {"rows": 4, "cols": 64, "dtype": "float32"}
@@ -146,7 +146,7 @@ def entry_source() -> str:
 
 
 def test_sweep_best_prints_json_and_a_triton_config_equal_to_the_runs_best(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     spec = simulate_spec(tmp_path / "s.yaml", space={"BLOCK": [16, 32, 64],
                                                      "num_warps": [2, 4, 8]})
     assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
@@ -167,7 +167,7 @@ def test_sweep_best_prints_json_and_a_triton_config_equal_to_the_runs_best(
 
 
 @pytest.mark.parametrize("partial", [False, True])
-def test_tuned_config_takes_a_partial_entry_only_when_asked(ray_local, tmp_path, partial):
+def test_tuned_config_takes_a_partial_entry_only_when_asked(tmp_path, partial):
     spec = softmax_spec(tmp_path / "spec.yaml")
     problem = {"rows": 4, "cols": 64, "dtype": "float32"}
     args = ["--cache-partial", "--max-trials", "2"] if partial else []
@@ -179,7 +179,7 @@ def test_tuned_config_takes_a_partial_entry_only_when_asked(ray_local, tmp_path,
 
 
 def test_another_sweep_of_the_same_kernel_and_problem_is_tuned_not_answered(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     spec = softmax_spec(tmp_path / "spec.yaml")
     assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
     # More configs than the cached sweep tried: the cache cannot know their latencies.
@@ -195,15 +195,14 @@ def test_another_sweep_of_the_same_kernel_and_problem_is_tuned_not_answered(
         assert api.run(again, out=tmp_path / "c", quiet=True).state == "cached"
 
 
-def test_a_best_without_validation_is_not_cached(ray_local, tmp_path, capsys):
+def test_a_best_without_validation_is_not_cached(tmp_path, capsys):
     spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, validation="off")
     assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
     assert "validation is off" in capsys.readouterr().err
     assert lookup("matmul", "", {}) == []
 
 
-def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(ray_local,
-                                                                         tmp_path):
+def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", **{
         **yaml.safe_load(softmax_spec(tmp_path / "base.yaml").read_text()),
         "space": {"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1], "num_warps": [2],
@@ -216,8 +215,7 @@ def test_the_interpreter_keeps_launch_options_it_was_not_asked_to_choose(ray_loc
     assert entry.config["num_warps"] == 2
 
 
-def test_the_interpreter_re_times_only_finalists_that_are_different_programs(ray_local,
-                                                                              tmp_path, capsys):
+def test_the_interpreter_re_times_only_finalists_that_are_different_programs(tmp_path, capsys):
     # Launch options change nothing there: BLOCK_N 32 with 1 or 2 stages is one program.
     # Re-timing all four finalists took longer than the sweep itself.
     spec = write_spec(tmp_path / "spec.yaml", **{
@@ -243,7 +241,7 @@ def test_the_interpreter_re_times_only_finalists_that_are_different_programs(ray
 
 
 def test_tuned_config_finds_a_kernel_with_fixed_arguments_by_the_specs_values(
-        ray_local, tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys):
     # The user's module, in the directory the sweep runs from (where workers find it too).
     shutil.copy(Path(__file__).parent / "third_party_kernel.py", tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -287,6 +285,7 @@ def test_a_gpu_entry_answers_only_a_gpu_of_exactly_its_name():
                                                           "triton": "3.6.0"})]) == []
 
 
+@pytest.mark.slow  # a task on the session's Ray
 def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
     from sweep import cluster
 
@@ -299,8 +298,7 @@ def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
     assert time.monotonic() - started < 10
 
 
-def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(ray_local,
-                                                                          tmp_path):
+def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(tmp_path):
     spec = softmax_spec(tmp_path / "spec.yaml")
     assert sweep_cli("run", spec, "--out", tmp_path / "a", "--cache-partial",
                      "--max-trials", "2") == 0
@@ -313,6 +311,7 @@ def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(ray_lo
         {k: v for k, v in best.items() if k != "num_warps"}
 
 
+@pytest.mark.slow  # fresh processes, several: the cached answer's rule also runs in-process
 def test_a_cached_sweep_is_answered_before_ray_starts(ray_local, tmp_path, request):
     spec = softmax_spec(tmp_path / "spec.yaml")
     assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
@@ -343,6 +342,7 @@ def cached_run(spec: Path, out: Path, cwd: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
 
 
+@pytest.mark.slow  # fresh processes, several: the cached answer's rule also runs in-process
 def test_a_cached_answer_imports_nothing_and_an_edited_or_other_kernel_file_is_no_answer(
         tmp_path):
     """A user's kernel module (a copy of the built-in softmax) in two checkouts: the

@@ -25,6 +25,8 @@ import pytest
 from conftest import simulate_spec
 from ray_nodes import await_head, processes_of
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 PORT = 6488  # of its own: other tests' clusters use 6450-6479
 RAY = str(Path(sys.executable).with_name("ray"))
 

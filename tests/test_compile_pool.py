@@ -34,8 +34,29 @@ def wait_ready(pool: CompilePool) -> None:
         pool.wait(0.05)
 
 
+def tests_on_path(monkeypatch) -> None:
+    """This directory on the compile processes' path (its stand-in kernels), and Triton's
+    interpreter for what they compile."""
+    tests_dir = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """A matmul pool of two, started once (its fork server imports torch and Triton: a
+    second or more) for the tests that only submit to it and take from it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        pool = CompilePool(2, "matmul", PROBLEM, seed=0, limit=CompileLimit(60))
+        yield pool
+        pool.close()
+
+
 @pytest.fixture
-def pool(monkeypatch):
+def own_pool(monkeypatch):
+    """A matmul pool of two of this test's own, for a test that kills its processes."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     pool = CompilePool(2, "matmul", PROBLEM, seed=0, limit=CompileLimit(60))
     yield pool
@@ -51,7 +72,8 @@ def test_results_come_back_for_every_submitted_key(pool):
         result(pool, 99)
 
 
-def test_a_killed_compile_process_is_replaced(pool):
+def test_a_killed_compile_process_is_replaced(own_pool):
+    pool = own_pool
     pool.submit(0, CONFIG)
     assert result(pool, 0).ok
     victim = pool._procs[0].child.process.pid
@@ -65,17 +87,16 @@ def test_a_killed_compile_process_is_replaced(pool):
     assert pool.size == 2
 
 
-@pytest.fixture
-def gated_pool(monkeypatch):
-    """A pool of two whose "kernel" compiles wait at a gate (tests/gated_kernel.py)."""
-    tests_dir = str(Path(__file__).parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20))
-    wait_ready(pool)
-    yield pool
-    pool.close()
+@pytest.fixture(scope="module")
+def gated_pool():
+    """A pool of two whose "kernel" compiles wait at a gate (tests/gated_kernel.py), started
+    once: each test gates its compiles in a directory of its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        tests_on_path(patch)
+        pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20))
+        wait_ready(pool)
+        yield pool
+        pool.close()
 
 
 def wait_in_other_thread(pool: CompilePool, gate: Path) -> tuple[threading.Thread, dict]:
@@ -112,13 +133,6 @@ def test_hinted_configs_compile_on_idle_processes_and_count_when_submitted(gated
 
 
 # --- kernels whose import leaves the fork server unfit to fork from ----------------------
-def tests_on_path(monkeypatch) -> None:
-    tests_dir = str(Path(__file__).parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 def until_up(pool: CompilePool, seconds: float = 120) -> None:
     """Until a process is up, or the pool is down (then notices say why)."""
     deadline = time.monotonic() + seconds
@@ -159,6 +173,7 @@ def test_forks_that_cannot_start_give_way_to_processes_of_their_own_and_say_why(
         pool.close()
 
 
+@pytest.mark.slow  # four processes importing torch; forks giving way to processes stays default
 def test_processes_that_cannot_start_at_all_leave_the_pool_down_not_raising(monkeypatch):
     tests_on_path(monkeypatch)
     pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_BROKEN", PROBLEM, seed=0,

@@ -1,5 +1,6 @@
-"""Real sweeps through a real local Ray instance: the quickstart under Triton's interpreter
-as a user runs it, and simulate-backend sweeps whose results are known in advance."""
+"""Real sweeps: the quickstart under Triton's interpreter as a user runs it (a process of
+its own, in the slow tier), and simulate-backend sweeps whose results are known in
+advance, on the local runtime."""
 
 import json
 
@@ -7,6 +8,7 @@ import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, user_folders
 
 from actors.simulate import draws
@@ -15,11 +17,12 @@ from sweep.spec import load_spec
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 
-def test_quickstart_runs_real_kernels_and_writes_the_run_directory(tmp_path, ray_address):
+@pytest.mark.slow  # the quickstart as a process; test_report's runs it in-process
+def test_quickstart_runs_real_kernels_and_writes_the_run_directory(tmp_path):
     # `python -m` puts the current directory first on sys.path: a user's folders there must
     # not replace this project's packages.
     out = tmp_path / "qs"
-    result = sweep_proc("run", QUICKSTART, "--out", out, "--address", ray_address,
+    result = sweep_proc("run", QUICKSTART, "--out", out, "--runtime", "local",
                         cwd=user_folders(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr
     assert "complete" in result.stdout and "best: #" in result.stdout
@@ -64,7 +67,7 @@ def test_quickstart_runs_real_kernels_and_writes_the_run_directory(tmp_path, ray
     assert duckdb.sql(query).fetchall() == [(len(ok), fastest["latency_ms"])]
 
 
-def test_simulated_sweep_records_every_config_once_in_index_order(ray_local, tmp_path):
+def test_simulated_sweep_records_every_config_once_in_index_order(tmp_path):
     space = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64], "stages": [1, 2, 3],
              "layout": ["row", "col"]}
     spec = simulate_spec(tmp_path / "s.yaml", space=space,
@@ -86,7 +89,7 @@ def test_simulated_sweep_records_every_config_once_in_index_order(ray_local, tmp
     assert sorted(journal) == list(range(len(expanded)))
 
 
-def test_report_summarises_a_finished_run(ray_local, tmp_path, capsys):
+def test_report_summarises_a_finished_run(tmp_path, capsys):
     spec = simulate_spec(tmp_path / "s.yaml")
     assert sweep_cli("run", spec, "--out", tmp_path / "run") == 0
     capsys.readouterr()

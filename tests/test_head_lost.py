@@ -27,6 +27,8 @@ from ray_nodes import RAY_ENV, Cluster, processes_of
 
 from storage.snapshot import read_snapshot
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 PORT = 6491  # of its own: other tests' clusters use 6450-6479 and 6488
 STOP_BOUND_S = 15.0  # the contract's 10 s, and slack for a loaded 2-core machine
 TOTAL, TRIAL_MS = 400, 50  # 2 workers: 10 s of trials, well past the kill

@@ -300,11 +300,11 @@ def test_compiles_get_the_fixed_values_and_the_grid_sees_them(monkeypatch):
 
 
 # --- a sweep ------------------------------------------------------------------------------
-def test_a_sweep_of_the_third_party_kernel_validates_both_outputs(tmp_path, ray_address):
+def test_a_sweep_of_the_third_party_kernel_validates_both_outputs(tmp_path):
     # As a user runs it: the kernel module next to the spec, the command run from there.
     shutil.copy(TESTS / "third_party_kernel.py", tmp_path)
     spec = kernel_spec(tmp_path / "spec.yaml", space={"BLOCK_N": [16, 32, 64, 128]})
-    result = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
+    result = sweep_proc("run", spec, "--out", tmp_path / "run", "--runtime", "local",
                         cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     table = pq.read_table(tmp_path / "run" / "trials.parquet")

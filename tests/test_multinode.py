@@ -30,6 +30,8 @@ from ray_nodes import RAY_ENV, Cluster
 
 from storage.snapshot import read_snapshot
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 SIM = {"sim_gpu": 1}  # what each simulated worker asks of its node
 HEAD_LOST_BOUND_S = 25.0  # how long a driver may take to end after the head is killed
 
@@ -39,7 +41,7 @@ def sim_spec(path: Path, configs: int, trial_ms: float, **run: object) -> Path:
     return write_spec(
         path, name="multinode", kernel="matmul",
         space={"A": list(range(configs // 10)), "B": list(range(10))},
-        run={"backend": "simulate", "finalists": 0, "start_timeout_s": 10, **run},
+        run={"backend": "simulate", "finalists": 0, "start_timeout_s": 60, **run},
         simulate={"workers": 4, "trial_ms": trial_ms, "resources": SIM})
 
 

@@ -23,6 +23,8 @@ import pytest
 from conftest import ROOT, simulate_spec
 from ray_nodes import descendants, processes_of
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 # Stands in for valgrind, which Ray puts before the command of a process it starts with
 # RAY_<TYPE>_VALGRIND=1: the first such process never starts, later ones run as they are.
 FAKE_VALGRIND = """#!/bin/sh

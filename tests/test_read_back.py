@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_in, sweep_proc, write_spec
 from test_stop_resume import start, stderr_of, wait_until
 
 from storage import cache
@@ -38,7 +38,24 @@ def softmax_spec(path: Path) -> Path:
     return write_spec(path, name="tiny-softmax", kernel="softmax", problem=PROBLEM,
                       space={"BLOCK_N": [32, 64], "ROWS_PER_PROGRAM": [1]},
                       timing={"warmup_ms": 1, "rep_ms": 3, "screen": "off"},
-                      run={"backend": "interpret", "finalists": 0})
+                      run={"backend": "interpret", "workers": 1, "finalists": 0})
+
+
+@pytest.fixture(scope="module")
+def softmax_cache(tmp_path_factory) -> Path:
+    """One complete softmax_spec run and the cache entry it wrote, in a cache of its own
+    (the test's own cache is function-scoped), for each test to copy with cached_softmax."""
+    tmp = tmp_path_factory.mktemp("softmax")
+    done = sweep_in("run", softmax_spec(tmp / "s.yaml"), "--out", tmp / "a", "--runtime",
+                    "local", env={"SWEEP_CACHE_DIR": str(tmp / "cache")})
+    assert done.returncode == 0, done.stderr
+    return tmp / "cache" / "best"
+
+
+def cached_softmax(softmax_cache: Path) -> Path:
+    """The test's cache as that run left it: its one entry, naming that run."""
+    shutil.copytree(softmax_cache, cache_dir())
+    return entry_file()
 
 
 def entry_file() -> Path:
@@ -110,24 +127,26 @@ def test_a_special_file_in_the_cache_is_a_miss(tmp_path):
 
 
 @pytest.mark.parametrize("config", [None, "BLOCK_N=32"])
-def test_launch_code_gets_its_default_for_a_damaged_entry(ray_local, tmp_path, config):
-    assert sweep_cli("run", softmax_spec(tmp_path / "s.yaml"), "--out", tmp_path / "a") == 0
-    assert tuned_config("softmax", PROBLEM, device="cpu-interpreter") is not None
+def test_launch_code_gets_its_default_for_a_damaged_entry(softmax_cache, tmp_path, monkeypatch,
+                                                          config):
+    cached_softmax(softmax_cache)
+    default = {"BLOCK_N": 16}
+    found = tuned_config("softmax", PROBLEM, default=default, device="cpu-interpreter")
+    assert found != default and found["BLOCK_N"] in (32, 64)
+    # The same entry damaged, in a cache of its own: a cache's first answer is kept for
+    # the life of the process, so this is the first lookup of that entry's file here.
+    shutil.copytree(cache_dir(), tmp_path / "damaged" / "best")
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path / "damaged"))
     edit_json(entry_file(), config=config)
-    # A process of its own: the first answer is kept for the life of the process.
-    code = ("from sweep.tuned import tuned_config; print(tuned_config('softmax', "
-            f"{PROBLEM!r}, default={{'BLOCK_N': 16}}, device='cpu-interpreter'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "{'BLOCK_N': 16}"
+    assert tuned_config("softmax", PROBLEM, default=default, device="cpu-interpreter") == \
+        default
 
 
 def test_an_edited_entry_naming_another_parameter_is_not_the_answer_and_is_replaced(
-        ray_local, tmp_path, capsys):
+        softmax_cache, tmp_path, capsys):
     spec = softmax_spec(tmp_path / "s.yaml")
-    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
-    edit_json(entry_file(), config={"BLOCK_N": 9999, "EVIL": "x"}, latency_ms=1e-9)
+    edit_json(cached_softmax(softmax_cache), config={"BLOCK_N": 9999, "EVIL": "x"},
+              latency_ms=1e-9)
     capsys.readouterr()
     assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
     assert (tmp_path / "b" / "trials.parquet").exists()  # it ran
@@ -140,10 +159,9 @@ def test_an_edited_entry_naming_another_parameter_is_not_the_answer_and_is_repla
     assert "cached" in capsys.readouterr().out and not (tmp_path / "c").exists()
 
 
-def test_a_nan_latency_entry_is_replaced_by_the_next_complete_run(ray_local, tmp_path):
+def test_a_nan_latency_entry_is_replaced_by_the_next_complete_run(softmax_cache, tmp_path):
     spec = softmax_spec(tmp_path / "s.yaml")
-    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
-    path = entry_file()
+    path = cached_softmax(softmax_cache)
     path.write_text(path.read_text().replace('"latency_ms": ', '"latency_ms": NaN, "x": '))
     assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
     assert (tmp_path / "b" / "trials.parquet").exists()
@@ -151,11 +169,10 @@ def test_a_nan_latency_entry_is_replaced_by_the_next_complete_run(ray_local, tmp
     assert math.isfinite(entry.latency_ms) and entry.run_dir == str((tmp_path / "b").resolve())
 
 
-def test_a_cached_best_outside_the_sweeps_values_is_said_to_lie_outside(ray_local, tmp_path,
-                                                                        capsys):
+def test_a_cached_best_outside_the_sweeps_values_is_said_to_lie_outside(softmax_cache,
+                                                                        tmp_path, capsys):
     spec = softmax_spec(tmp_path / "s.yaml")
-    assert sweep_cli("run", spec, "--out", tmp_path / "a") == 0
-    edit_json(entry_file(), config={"BLOCK_N": 128, "ROWS_PER_PROGRAM": 1})
+    edit_json(cached_softmax(softmax_cache), config={"BLOCK_N": 128, "ROWS_PER_PROGRAM": 1})
     capsys.readouterr()
     assert sweep_cli("run", spec, "--out", tmp_path / "b") == 0
     out = capsys.readouterr().out
@@ -182,12 +199,12 @@ def test_warm_start_reads_a_foreign_table_in_the_cached_run_as_no_table(tmp_path
 # --- run directories ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def finished(ray_address, tmp_path_factory) -> Path:
+def finished(tmp_path_factory) -> Path:
     """One complete simulate run (and its cache entry, in a cache of its own), which each
     test copies and damages."""
     tmp = tmp_path_factory.mktemp("finished")
     spec = simulate_spec(tmp / "spec.yaml", space=SPACE, run={"finalists": 2})
-    done = sweep_proc("run", spec, "--out", tmp / "run", "--address", ray_address,
+    done = sweep_in("run", spec, "--out", tmp / "run", "--runtime", "local",
                       env={"SWEEP_CACHE_DIR": str(tmp / "cache")})
     assert done.returncode == 0, done.stderr
     return tmp / "run"
@@ -199,17 +216,17 @@ def sim_run(tmp_path: Path, finished: Path) -> Path:
     return out
 
 
-def test_an_edited_search_plan_in_run_json_is_refused_not_followed(ray_address, tmp_path):
+def test_an_edited_search_plan_in_run_json_is_refused_not_followed(tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
                          search={"strategy": "guided", "budget": 0.9, "batch": 8})
     out = tmp_path / "run"
-    assert sweep_proc("run", spec, "--out", out, "--address", ray_address,
+    assert sweep_in("run", spec, "--out", out, "--runtime", "local",
                       "--max-trials", "10").returncode == 0
     meta = json.loads((out / "run.json").read_text())
     assert meta["search"]["batch"] == 8
     edit_json(out / "run.json", search={**meta["search"], "batch": 3})
     before = (out / "journal.jsonl").read_bytes()
-    done = sweep_proc("resume", out, "--address", ray_address)
+    done = sweep_in("resume", out, "--runtime", "local")
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: {out / 'run.json'}: changed since the run wrote "
                                    "it (its checksum does not match); restore it, or start "
@@ -217,20 +234,20 @@ def test_an_edited_search_plan_in_run_json_is_refused_not_followed(ray_address, 
     assert (out / "journal.jsonl").read_bytes() == before
     # A run.json from before the checksum is read as it stands.
     (out / "run.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
-    assert sweep_proc("resume", out, "--address", ray_address).returncode == 0
+    assert sweep_in("resume", out, "--runtime", "local").returncode == 0
 
 
 @pytest.mark.parametrize("changes, said", [
     ({"total": True}, "a value of the wrong type"),
     ({"name": "x\x1b[31m\nforged line"}, "is no run's name"),
 ])
-def test_a_damaged_run_json_is_one_line_without_the_damage(ray_address, finished, tmp_path, changes,
+def test_a_damaged_run_json_is_one_line_without_the_damage(finished, tmp_path, changes,
                                                            said):
     out = sim_run(tmp_path, finished)
     meta = json.loads((out / "run.json").read_text())
     del meta["sha256"]  # as an older run.json, whose values alone are checked
     (out / "run.json").write_text(json.dumps({**meta, **changes}))
-    done = sweep_proc("resume", out, "--address", ray_address)
+    done = sweep_in("resume", out, "--runtime", "local")
     assert done.returncode == 2 and said in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "\x1b" not in done.stderr
 
@@ -239,26 +256,26 @@ def test_a_damaged_run_json_is_one_line_without_the_damage(ray_address, finished
     {"config": None}, {"by_device": {"simulated": 5}}, {"latency_ms": "1"},
     {"device": "x\x1b[2J"},
 ])
-def test_sweep_best_refuses_a_damaged_best_json_in_one_line(ray_address, finished, tmp_path,
+def test_sweep_best_refuses_a_damaged_best_json_in_one_line(finished, tmp_path,
                                                             changes):
     out = sim_run(tmp_path, finished)
     edit_json(out / "best.json", **changes)
-    done = sweep_proc("best", out)
+    done = sweep_in("best", out)
     assert done.returncode == 2, done.stdout
     assert done.stderr.strip() == (f"error: {out / 'best.json'}: missing or damaged; "
                                    f"`sweep resume {out}` rebuilds it")
     # ...which it does.
-    assert sweep_proc("resume", out, "--address", ray_address).returncode == 0
-    assert sweep_proc("best", out).returncode == 0
+    assert sweep_in("resume", out, "--runtime", "local").returncode == 0
+    assert sweep_in("best", out).returncode == 0
 
 
-def test_sweep_best_of_a_run_in_use_says_so_instead_of_advising_resume(ray_address, finished,
+def test_sweep_best_of_a_run_in_use_says_so_instead_of_advising_resume(finished,
                                                                        tmp_path):
     out = sim_run(tmp_path, finished)
     (out / "best.json").unlink()
     lock = RunDirLock.acquire(out, "sweep resume (a test holding it)")
     try:
-        done = sweep_proc("best", out)
+        done = sweep_in("best", out)
     finally:
         lock.release()
     assert done.returncode == 2
@@ -270,7 +287,7 @@ def test_sweep_best_of_a_run_in_use_says_so_instead_of_advising_resume(ray_addre
     ("run.json", "fifo"), ("run.json", "dev-zero"), ("snapshot.json", "dev-zero"),
     ("snapshot.json", "fifo"), ("journal.jsonl", "fifo"), ("trials.parquet", "fifo"),
     ("spec.yaml", "fifo")])
-def test_a_special_file_in_a_run_directory_never_hangs_a_resume(ray_address, finished,
+def test_a_special_file_in_a_run_directory_never_hangs_a_resume(finished,
                                                                 tmp_path, name, kind):
     out = sim_run(tmp_path, finished)
     (out / name).unlink()
@@ -278,7 +295,7 @@ def test_a_special_file_in_a_run_directory_never_hangs_a_resume(ray_address, fin
         os.mkfifo(out / name)
     else:
         (out / name).symlink_to("/dev/zero")
-    done = sweep_proc("resume", out, "--address", ray_address, timeout=60)
+    done = sweep_proc("resume", out, "--runtime", "local", timeout=60)
     if name in ("snapshot.json", "trials.parquet"):  # rebuilt from the journal
         assert done.returncode == 0, done.stderr
         assert (out / name).is_file() and not (out / name).is_symlink()
@@ -288,23 +305,24 @@ def test_a_special_file_in_a_run_directory_never_hangs_a_resume(ray_address, fin
         assert f"{out / name}: not a regular file" in line
 
 
-def test_a_special_file_in_the_cache_never_hangs_a_sweep(ray_address, tmp_path):
+@pytest.mark.slow  # an interpreter sweep as a process; the readers are checked in-process above
+def test_a_special_file_in_the_cache_never_hangs_a_sweep(tmp_path):
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     os.mkfifo(root / "0123.json")
     (root / "4567.json").symlink_to("/dev/zero")
     spec = softmax_spec(tmp_path / "s.yaml")
-    done = sweep_proc("run", spec, "--out", tmp_path / "a", "--address", ray_address,
+    done = sweep_proc("run", spec, "--out", tmp_path / "a", "--runtime", "local",
                       timeout=120)
     assert done.returncode == 0, done.stderr
     assert sweep_proc("best", spec, timeout=60).returncode == 0
 
 
-def test_a_trials_jsonl_fifo_without_a_reader_is_refused_at_once(ray_address, tmp_path):
+def test_a_trials_jsonl_fifo_without_a_reader_is_refused_at_once(tmp_path):
     fifo = tmp_path / "trials.fifo"
     os.mkfifo(fifo)
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
-    done = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", "--runtime", "local",
                       "--trials-jsonl", fifo, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: --trials-jsonl: cannot write {fifo} (a FIFO no "
@@ -312,7 +330,7 @@ def test_a_trials_jsonl_fifo_without_a_reader_is_refused_at_once(ray_address, tm
     assert not (tmp_path / "run").exists()
 
 
-def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(ray_address, tmp_path):
+def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(tmp_path):
     from sweep.observers import TrialsJsonl
 
     fifo = tmp_path / "trials.fifo"
@@ -327,7 +345,7 @@ def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(ray_address, tmp_pat
         jsonl.close()
         assert os.read(reader, 1) == b""  # EOF: no writer left
         spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
-        done = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", ray_address,
+        done = sweep_proc("run", spec, "--out", tmp_path / "run", "--runtime", "local",
                           "--trials-jsonl", fifo, timeout=60)
         assert done.returncode == 0, done.stderr
         data = b""
@@ -339,12 +357,12 @@ def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(ray_address, tmp_pat
     assert sorted(json.loads(line)["index"] for line in lines) == list(range(40))
 
 
-def test_a_spec_from_a_pipe_is_read_once(ray_address, tmp_path):
+def test_a_spec_from_a_pipe_is_read_once(tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
     out = tmp_path / "run"
     done = subprocess.run(
         ["bash", "-c", f'"{sys.executable}" -m sweep run <(cat "{spec}") --out "{out}" '
-                       f'--address "{ray_address}"'],
+                       "--runtime local"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     assert done.returncode == 0, done.stderr
@@ -356,13 +374,14 @@ def test_a_spec_from_a_pipe_is_read_once(ray_address, tmp_path):
 def test_a_negative_search_seed_is_refused_before_anything_is_written(tmp_path, strategy):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
                          search={"strategy": strategy, "seed": -1})
-    done = sweep_proc("run", spec, "--out", tmp_path / "run", timeout=60)
+    done = sweep_in("run", spec, "--out", tmp_path / "run")
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: {spec}: search.seed: expected an integer >= 0, "
                                    "got -1")
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a real SIGINT after seconds of trials (test_stop_resume's stay default)
 def test_sigint_during_halvings_rungs_stops_the_run_with_130(tmp_path):
     # 8 screened configs of 1 s on 2 workers, then a rung of 4 that takes a trial's time.
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(16))},
@@ -379,7 +398,7 @@ def test_sigint_during_halvings_rungs_stops_the_run_with_130(tmp_path):
     assert best["finalists"] == []  # the one pass's order stands
 
 
-def test_the_checks_read_what_this_tool_writes(ray_address, finished, tmp_path):
+def test_the_checks_read_what_this_tool_writes(finished, tmp_path):
     """Every file of a real run passes its reader's checks (a check too strict would turn
     a good run into a refusal)."""
     out = sim_run(tmp_path, finished)
@@ -393,13 +412,13 @@ def test_the_checks_read_what_this_tool_writes(ray_address, finished, tmp_path):
     assert asdict(entry)["config"] == json.loads((out / "best.json").read_text())["config"]
 
 
-def test_a_run_name_a_spec_accepts_is_read_back_from_run_json(ray_address, finished,
+def test_a_run_name_a_spec_accepts_is_read_back_from_run_json(finished,
                                                                tmp_path):
     out = sim_run(tmp_path, finished)
     meta = json.loads((out / "run.json").read_text())
     del meta["sha256"]
     (out / "run.json").write_text(json.dumps({**meta, "name": "run\u00a0one"}))
-    done = sweep_proc("resume", out, "--address", ray_address)
+    done = sweep_in("resume", out, "--runtime", "local")
     assert done.returncode == 0, done.stderr
 
 
@@ -446,10 +465,10 @@ def test_a_snapshot_of_the_wrong_shape_is_unreadable_not_a_traceback(tmp_path, c
         read_snapshot(path)
 
 
-def test_sweep_report_of_a_foreign_table_is_one_line(ray_address, finished, tmp_path):
+def test_sweep_report_of_a_foreign_table_is_one_line(finished, tmp_path):
     out = sim_run(tmp_path, finished)
     pq.write_table(pa.table({"index": [0], "config": ["{}"]}), out / "trials.parquet")
-    done = sweep_proc("report", out)
+    done = sweep_in("report", out)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "not a trial table: no column status" in line, line

@@ -20,6 +20,8 @@ from sweep.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compi
 from sweep.space import expand
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
+# Where the runtime is not what a test checks, it runs on the local one, in this process.
+LOCAL = ("--runtime", "local")
 
 
 def recorded_table(path: Path, rows: list[dict]) -> Path:
@@ -143,11 +145,10 @@ def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them()
     assert sorted(order) == list(range(len(space)))
 
 
-def test_replaying_the_checked_in_gpu_table_gives_back_its_outcomes_row_by_row(
-        ray_address, tmp_path):
+def test_replaying_the_checked_in_gpu_table_gives_back_its_outcomes_row_by_row(tmp_path):
     spec = ROOT / "configs" / "replay-600.yaml"
     out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", out, *LOCAL) == 0
     got = pq.read_table(out / "trials.parquet").to_pylist()
     recorded = {r["config"]: r for r in pq.read_table(
         ROOT / "benchmarks" / "tables" / "matmul600-h200.parquet").to_pylist()}
@@ -162,19 +163,19 @@ def test_replaying_the_checked_in_gpu_table_gives_back_its_outcomes_row_by_row(
 
 
 def test_resume_retry_timeout_runs_configs_a_compile_limit_stopped_under_the_trial_timeout(
-        ray_address, tmp_path):
+        tmp_path):
     space = {"BLOCK": [1, 2, 3, 4]}
     rows = [{"config": {"BLOCK": b}, "compile_ms": 1500 if b == 4 else 20,
              "latency_ms": 5.0 - b} for b in [1, 2, 3, 4]]
     spec = replay_spec(tmp_path, space, rows, compile_timeout_s=0.5, trial_timeout_s=20)
     out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", out, *LOCAL) == 0
     first = {json.loads(r["config"])["BLOCK"]: r for r in table_rows(out)}
     assert first[4]["status"] == "timeout"
     journal_before_retry = (out / "journal.jsonl").read_bytes()
     assert json.loads((out / "best.json").read_text())["config"] == {"BLOCK": 3}
 
-    assert sweep_cli("resume", out, "--retry", "timeout", "--address", ray_address) == 0
+    assert sweep_cli("resume", out, "--retry", "timeout", *LOCAL) == 0
     got = table_rows(out)
     assert [r["index"] for r in got] == [0, 1, 2, 3]  # each index once, in order
     again = {json.loads(r["config"])["BLOCK"]: r for r in got}
@@ -186,13 +187,13 @@ def test_resume_retry_timeout_runs_configs_a_compile_limit_stopped_under_the_tri
     assert len(journal) == 5  # the timeout record stays; the retry's supersedes it
 
     # Nothing left to retry: a complete run stays as it is.
-    assert sweep_cli("resume", out, "--retry", "timeout", "--address", ray_address) == 0
+    assert sweep_cli("resume", out, "--retry", "timeout", *LOCAL) == 0
     assert table_rows(out) == got
 
     # The directory restored with the journal from before the retry: the table's newer
     # attempt wins over the journal's older one, and goes back into the journal.
     (out / "journal.jsonl").write_bytes(journal_before_retry)
-    assert sweep_cli("resume", out, "--address", ray_address) == 0
+    assert sweep_cli("resume", out, *LOCAL) == 0
     assert table_rows(out) == got
     assert len((out / "journal.jsonl").read_text().splitlines()) == 5
 

@@ -12,20 +12,19 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, simulate_spec, sweep_cli
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_in
 
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory, ray_address):
+def quickstart(tmp_path_factory):
     """A complete quickstart run, its HTML report and PNGs."""
     where = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as m:
         m.setenv("SWEEP_CACHE_DIR", str(where / "cache"))
-        assert sweep_cli("run", QUICKSTART, "--out", where / "run", "--address",
-                         ray_address) == 0
+        assert sweep_cli("run", QUICKSTART, "--out", where / "run") == 0
         assert sweep_cli("report", where / "run", "--html", where / "report.html",
                          "--plot", where / "plots") == 0
     return where
@@ -202,22 +201,26 @@ def _checkpointed(table):
     return table.exists() and pq.read_metadata(table).num_rows > 0  # replaced atomically
 
 
-def test_a_run_still_going_is_reported_from_its_checkpoint(tmp_path, ray_address):
+def test_a_run_still_going_is_reported_from_its_checkpoint(tmp_path):
     spec = simulate_spec(tmp_path / "s.yaml", space={"A": list(range(400))},
                          run={"snapshot_every_s": 0.2},
                          simulate={"workers": 1, "trial_ms": 50})
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "run", str(spec), "--out", str(out), "--address",
-         ray_address], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "sweep", "run", str(spec), "--out", str(out)], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     try:
         deadline = time.monotonic() + 120
         while not _checkpointed(out / "trials.parquet"):  # a checkpoint with trials in it
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
             time.sleep(0.1)
-        report = subprocess.run([sys.executable, "-m", "sweep", "report", str(out), "--json"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+        # Held still while it is read: the run cannot end first, however slow this is.
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            report = sweep_in("report", out, "--json")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
         assert report.returncode == 0, report.stderr
         doc = json.loads(report.stdout)
         assert doc["state"] == "running" and 0 < doc["done"] < doc["total"] == 400
@@ -225,8 +228,7 @@ def test_a_run_still_going_is_reported_from_its_checkpoint(tmp_path, ray_address
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130, proc.stderr
-    stopped = subprocess.run([sys.executable, "-m", "sweep", "report", str(out)], cwd=ROOT,
-                             capture_output=True, text=True, timeout=60)
+    stopped = sweep_in("report", out)
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith(f"{out}: interrupted")
     assert "(partial: not a complete run's settled pick)" in stopped.stdout
@@ -502,6 +504,7 @@ def test_a_timeline_of_many_trials_draws_few_bars_that_cover_every_trial(large):
     assert drawable(large.spans[:100]) == large.spans[:100]
 
 
+@pytest.mark.slow  # Chromium again; the default tier's Chromium tests draw the quickstart's report
 def test_a_large_reports_table_shows_a_page_at_a_time_and_sorts_and_filters_every_trial(
         large, tmp_path, browser):
     from selenium.webdriver.common.by import By

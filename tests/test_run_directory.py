@@ -53,15 +53,14 @@ def assert_each_index_once(out: Path, total: int) -> None:
 
 
 # --- one process at a time ---------------------------------------------------------------
-def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(ray_address,
-                                                                          tmp_path, capsys):
+def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(tmp_path, capsys):
     first_spec = simulate_spec(tmp_path / "a.yaml", space={"A": list(range(12))},
                                simulate={"workers": 1, "trial_ms": 100}, run={"finalists": 0})
     other_spec = simulate_spec(tmp_path / "b.yaml", space={"B": list(range(7))})
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "run", first_spec, "--out", out, "--address",
-         ray_address], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "sweep", "run", first_spec, "--out", out, "--runtime",
+         "local"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 60
     while not (journal.exists() and journal.stat().st_size):  # it holds the lock and runs
@@ -79,13 +78,12 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_naming_the_first(ray_ad
     assert_each_index_once(out, 12)
 
 
-def test_two_runs_started_together_into_one_directory_leave_one_consistent_run(ray_address,
-                                                                                tmp_path):
+def test_two_runs_started_together_into_one_directory_leave_one_consistent_run(tmp_path):
     specs = [simulate_spec(tmp_path / f"{n}.yaml", space={n: list(range(k))})
              for n, k in (("A", 30), ("B", 11))]
     out = tmp_path / "run"
     procs = [subprocess.Popen([sys.executable, "-m", "sweep", "run", spec, "--out", out,
-                               "--address", ray_address], cwd=ROOT, stdout=subprocess.PIPE,
+                               "--runtime", "local"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for spec in specs]
     codes = [p.wait(timeout=120) for p in procs]
     assert sorted(codes) == [0, 2], [p.stderr.read() for p in procs]  # type: ignore[union-attr]
@@ -105,7 +103,7 @@ def assert_full_disk_line(line: str, out: Path) -> None:
 
 
 def test_a_full_disk_ends_the_run_with_one_line_and_resume_completes_once_space_is_back(
-        ray_local, tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE,
                          simulate={"workers": 2, "trial_ms": 5})
     out = tmp_path / "run"
@@ -137,7 +135,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_resume_completes_once_space_
 
 
 def test_a_run_on_a_disk_that_fills_up_stops_cleanly_and_resumes_when_space_is_back(
-        ray_address, tmp_path):
+        tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(400))},
                          simulate={"workers": 2, "trial_ms": 1}, run={"snapshot_every_s": 60})
     # 72 KiB free at first; with the filler gone, room for the whole run (about 180 KiB
@@ -145,14 +143,14 @@ def test_a_run_on_a_disk_that_fills_up_stops_cleanly_and_resumes_when_space_is_b
     with tmpfs(tmp_path / "disk", "320k") as disk:
         (disk / "filler").write_bytes(b"x" * 248 * 1024)
         out = disk / "run"
-        result = sweep_proc("run", spec, "--out", out, "--address", ray_address)
+        result = sweep_proc("run", spec, "--out", out, "--runtime", "local")
         assert result.returncode == 1, result.stderr
         assert "Traceback" not in result.stderr
         assert_full_disk_line(result.stderr.strip().splitlines()[-1], out)
         raw = (out / "journal.jsonl").read_bytes()
         assert raw.endswith(b"\n") and 0 < len(raw.splitlines()) < 400
         (disk / "filler").unlink()
-        result = sweep_proc("resume", out, "--address", ray_address)
+        result = sweep_proc("resume", out, "--runtime", "local")
         assert result.returncode == 0, result.stderr
         assert_each_index_once(out, 400)
 
@@ -170,7 +168,7 @@ LIES = {
 
 
 @pytest.fixture(scope="module")
-def stopped_run(ray_local, tmp_path_factory) -> Path:
+def stopped_run(tmp_path_factory) -> Path:
     """A run stopped after 10 trials, to copy."""
     tmp = tmp_path_factory.mktemp("stopped")
     spec = simulate_spec(tmp / "spec.yaml", space=SPACE)
@@ -196,7 +194,7 @@ def test_resume_refuses_a_journal_line_that_lies_naming_it_and_touching_nothing(
 
 
 def test_a_journal_shorter_than_the_tables_offset_resumes_keeping_the_tables_trials(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     # A run directory restored from a backup: the table was written after the journal.
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
     out = tmp_path / "run"
@@ -216,7 +214,7 @@ def test_a_journal_shorter_than_the_tables_offset_resumes_keeping_the_tables_tri
 
 # --- a complete run resumed --------------------------------------------------------------
 def test_resuming_a_complete_run_rewrites_nothing_and_rebuilds_only_what_is_missing(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out) == 0
@@ -256,8 +254,9 @@ def test_resume_checks_an_edited_spec_before_importing_the_module_it_names(
     assert not marker.exists()
 
 
+@pytest.mark.slow  # four interpreter runs as processes (a kernel edited between them)
 def test_after_a_kernel_edit_force_moves_the_old_run_aside_and_starts_anew(
-        ray_address, tmp_path):
+        tmp_path):
     kernel = tmp_path / "edited_kernel.py"
     kernel.write_text("from sweep_kernels.faulty import KERNEL  # noqa: F401\n")
     write_spec(tmp_path / "spec.yaml", name="mine", kernel="edited_kernel:KERNEL",
@@ -266,7 +265,7 @@ def test_after_a_kernel_edit_force_moves_the_old_run_aside_and_starts_anew(
                run={"backend": "interpret", "workers": 1, "finalists": 0})
 
     def sweep(*args: str) -> subprocess.CompletedProcess:
-        return sweep_proc(*args, "--address", ray_address, cwd=tmp_path)
+        return sweep_proc(*args, "--runtime", "local", cwd=tmp_path)
 
     out = tmp_path / "run"
     assert sweep("run", "spec.yaml", "--out", "run").returncode == 0
@@ -290,7 +289,7 @@ def test_after_a_kernel_edit_force_moves_the_old_run_aside_and_starts_anew(
 
 
 # --- bad places ----------------------------------------------------------------------------
-def test_a_read_only_run_directory_is_refused_on_resume_with_one_line(ray_local, tmp_path,
+def test_a_read_only_run_directory_is_refused_on_resume_with_one_line(tmp_path,
                                                                        capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
     assert sweep_cli("run", spec, "--out", tmp_path / "run", "--max-trials", "5") == 0
@@ -314,7 +313,7 @@ def test_an_out_path_that_is_not_utf8_is_refused_before_anything_is_made(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
-def test_report_of_a_damaged_table_is_one_line(ray_local, tmp_path, capsys):
+def test_report_of_a_damaged_table_is_one_line(tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
     assert sweep_cli("run", spec, "--out", tmp_path / "run", "--max-trials", "5") == 0
     (tmp_path / "run" / "trials.parquet").write_bytes(b"PAR1 not really")
@@ -392,7 +391,7 @@ def test_a_default_run_directory_started_in_the_same_second_gets_its_own_name(
     assert second != first and second.parent == first.parent
 
 
-def test_a_run_named_after_its_spec_file_keeps_that_name_when_resumed(ray_local, tmp_path,
+def test_a_run_named_after_its_spec_file_keeps_that_name_when_resumed(tmp_path,
                                                                       capsys):
     spec = tmp_path / "tuning.yaml"
     spec.write_text("kernel: matmul\nspace: {A: [1, 2, 3]}\nrun: {backend: simulate}\n")
@@ -403,7 +402,7 @@ def test_a_run_named_after_its_spec_file_keeps_that_name_when_resumed(ray_local,
 
 
 def test_a_complete_run_from_before_best_per_device_type_resumes_as_intact(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out) == 0

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
-from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc, write_spec
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_in, write_spec
 from test_stop_resume import has_records, start, stderr_of, wait_until
 
 from sweep.analysis import analyse
@@ -24,6 +26,9 @@ SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
 # No warm start: a test's second run would start from its first run's cached best.
 GUIDED = {"strategy": "guided", "seed": 5, "budget": 0.3, "batch": 12, "warm_start": 0}
 COMPARED = ("index", "config", "status", "latency_ms", "validation", "error")
+# The runs here are the CLI in this process on the local runtime: what is checked is the
+# search's decisions, the same on either runtime (test_stop_resume.py runs both).
+LOCAL = ("--runtime", "local")
 
 
 def rows_of(out: Path) -> list[dict]:
@@ -58,11 +63,27 @@ def offline(spec_path: Path, table: Path, batch: int) -> set[int]:
     return set(search.known)
 
 
-def test_every_config_has_a_row_and_those_not_run_are_pruned_with_no_latency(
-        ray_address, tmp_path):
-    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED)
+@pytest.fixture(scope="module")
+def guided(tmp_path_factory) -> tuple[Path, Path]:
+    """The guided search of SPACE left alone, run once for the module (spec, run
+    directory): tests that read it use it as it is, tests that alter it copy it first."""
+    tmp = tmp_path_factory.mktemp("guided")
+    with pytest.MonkeyPatch.context() as patch:  # the module's own best-config cache
+        patch.setenv("SWEEP_CACHE_DIR", str(tmp / "cache"))
+        spec = simulate_spec(tmp / "s.yaml", space=SPACE, search=GUIDED)
+        assert sweep_cli("run", spec, "--out", tmp / "run", *LOCAL) == 0
+    return spec, tmp / "run"
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
     out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    shutil.copytree(run, out)
+    return out
+
+
+def test_every_config_has_a_row_and_those_not_run_are_pruned_with_no_latency(guided,
+                                                                             tmp_path):
+    out = copy_of(guided[1], tmp_path)  # resumed below
     rows = rows_of(out)
     assert [r["index"] for r in rows] == list(range(432))
     pruned = [r for r in rows if r["status"] == "pruned"]
@@ -81,63 +102,68 @@ def test_every_config_has_a_row_and_those_not_run_are_pruned_with_no_latency(
     assert a.counts["pruned"] == len(pruned) and a.errors == []
     assert all(sum(v.trials for v in e.values) == len(ran) for e in a.effects)
     assert sum(w.trials for w in a.workers) == len(ran)
-    report = sweep_proc("report", out)
+    report = sweep_in("report", out)
     assert f"{len(ran)} of 432 configs run, {len(pruned)} pruned by the search" in report.stdout
     # A complete search run again runs nothing, and keeps its rows.
-    result = sweep_proc("resume", out, "--address", ray_address)
+    result = sweep_in("resume", out, *LOCAL)
     assert result.returncode == 0 and "already complete" in result.stdout, result.stderr
     assert compared(rows_of(out)) == compared(rows)
 
 
-def test_a_guided_search_resumed_in_pieces_decides_as_one_left_alone(ray_address, tmp_path):
-    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED)
-    whole, pieces = tmp_path / "whole", tmp_path / "pieces"
-    assert sweep_cli("run", spec, "--out", whole, "--address", ray_address) == 0
-    assert sweep_cli("run", spec, "--out", pieces, "--address", ray_address,
-                     "--max-trials", "17") == 0
-    for _ in range(20):
-        state = json.loads((pieces / "snapshot.json").read_text())["snapshot"]["state"]
-        if state == "complete":
-            break
-        assert sweep_cli("resume", pieces, "--address", ray_address, "--max-trials", "7") == 0
-    assert state == "complete"
+def test_a_guided_search_resumed_in_pieces_decides_as_one_left_alone(guided, tmp_path):
+    spec, whole = guided
+    pieces = tmp_path / "pieces"
+    journal = pieces / "journal.jsonl"
+
+    def state() -> str:
+        return json.loads((pieces / "snapshot.json").read_text())["snapshot"]["state"]
+
+    # Batches are 12: the first piece stops inside batch 1 (17), the next runs the rest of
+    # that batch alone (to 24, its end), the last resumes from there to the end.
+    assert sweep_cli("run", spec, "--out", pieces, *LOCAL, "--max-trials", "17") == 0
+    assert len(journal.read_text().splitlines()) == 17 and state() != "complete"
+    assert sweep_cli("resume", pieces, *LOCAL, "--max-trials", "7") == 0
+    assert len(journal.read_text().splitlines()) == 24 and state() != "complete"
+    assert sweep_cli("resume", pieces, *LOCAL) == 0
+    assert state() == "complete"
     assert compared(rows_of(pieces)) == compared(rows_of(whole))
     # exactly once: no config ran twice across the pieces
-    journaled = [json.loads(line)["index"] for line in
-                 (pieces / "journal.jsonl").read_text().splitlines()]
+    journaled = [json.loads(line)["index"] for line in journal.read_text().splitlines()]
     assert sorted(journaled) == list(range(432))
 
 
-def test_a_search_stopped_by_signals_resumes_to_the_same_rows(ray_address, tmp_path):
+@pytest.mark.slow  # real signals; the resume rule itself is checked in pieces above
+def test_a_search_stopped_by_signals_resumes_to_the_same_rows(tmp_path):
     spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED,
                          simulate={"trial_ms": 40})
     whole, out = tmp_path / "whole", tmp_path / "stopped" / "run"
-    assert sweep_cli("run", spec, "--out", whole, "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", whole, *LOCAL) == 0
     journal = out / "journal.jsonl"
     for sig, args in ((signal.SIGINT, ["run", spec, "--out", out]),
                       (signal.SIGKILL, ["resume", out])):
         grown = (journal.stat().st_size if journal.exists() else 0) + 1000
-        proc = start(args, out, ["--address", ray_address])
+        proc = start(args, out, list(LOCAL))
         # a few more trials journaled: the signal lands mid-search
         wait_until(lambda n=grown: has_records(out) and journal.stat().st_size > n, proc)
         os.killpg(proc.pid, sig)
         proc.communicate(timeout=60)
         assert proc.returncode == (130 if sig == signal.SIGINT else -sig), stderr_of(out)
-    result = sweep_proc("resume", out, "--address", ray_address)
+    result = sweep_in("resume", out, *LOCAL)
     assert result.returncode == 0 and "complete —" in result.stdout, result.stderr
     assert compared(rows_of(out)) == compared(rows_of(whole))
 
 
 def test_a_replayed_gpu_table_searched_in_pieces_makes_the_offline_replays_decisions(
-        ray_address, tmp_path):
+        tmp_path):
     spec = replay_600(tmp_path, {"strategy": "guided", "seed": 2, "batch": 16,
                                  "warm_start": 0})
     whole, pieces = tmp_path / "whole", tmp_path / "pieces"
-    assert sweep_cli("run", spec, "--out", whole, "--address", ray_address) == 0
-    assert sweep_cli("run", spec, "--out", pieces, "--address", ray_address,
-                     "--max-trials", "40") == 0
-    while json.loads((pieces / "snapshot.json").read_text())["snapshot"]["state"] != "complete":
-        assert sweep_cli("resume", pieces, "--address", ray_address, "--max-trials", "40") == 0
+    assert sweep_cli("run", spec, "--out", whole, *LOCAL) == 0
+    # stopped inside a batch (of 16), then resumed to the end
+    assert sweep_cli("run", spec, "--out", pieces, *LOCAL, "--max-trials", "40") == 0
+    assert json.loads((pieces / "snapshot.json").read_text())["snapshot"]["state"] != "complete"
+    assert sweep_cli("resume", pieces, *LOCAL) == 0
+    assert json.loads((pieces / "snapshot.json").read_text())["snapshot"]["state"] == "complete"
     rows = rows_of(whole)
     assert compared(rows_of(pieces)) == compared(rows)
     ran = {r["index"] for r in rows if r["status"] != "pruned"}
@@ -150,12 +176,12 @@ def test_a_replayed_gpu_table_searched_in_pieces_makes_the_offline_replays_decis
                 (recorded[r["config"]]["status"], recorded[r["config"]]["latency_ms"])
 
 
-def test_halving_screens_a_sample_and_picks_among_it(ray_address, tmp_path):
+def test_halving_screens_a_sample_and_picks_among_it(tmp_path):
     search = {"strategy": "halving", "seed": 1, "sample": 0.25, "eta": 2}
     spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=search,
                          simulate={"workers": 2})
     out = tmp_path / "run"
-    result = sweep_proc("run", spec, "--out", out, "--address", ray_address)
+    result = sweep_in("run", spec, "--out", out, *LOCAL)
     assert result.returncode == 0, result.stderr
     rows = rows_of(out)
     ran = {r["index"] for r in rows if r["status"] != "pruned"}
@@ -170,12 +196,10 @@ def test_halving_screens_a_sample_and_picks_among_it(ray_address, tmp_path):
     assert other is not None and set(other) != ran
 
 
-def test_retry_pruned_runs_every_config_the_search_left_out(ray_address, tmp_path):
-    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED)
-    out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+def test_retry_pruned_runs_every_config_the_search_left_out(guided, tmp_path):
+    out = copy_of(guided[1], tmp_path)
     before = {r["index"]: r for r in rows_of(out)}
-    assert sweep_cli("resume", out, "--address", ray_address, "--retry", "pruned") == 0
+    assert sweep_cli("resume", out, *LOCAL, "--retry", "pruned") == 0
     after = rows_of(out)
     assert all(r["status"] == "ok" for r in after)
     for r in after:  # what ran before is kept as it was
@@ -233,7 +257,7 @@ def test_search_options_are_checked_like_the_rest_of_the_spec(tmp_path):
              (5, "search: expected a strategy (exhaustive, halving, guided) or a mapping")]
     for search, message in cases:
         spec = simulate_spec(tmp_path / "bad.yaml", search=search)
-        result = sweep_proc("run", spec, "--out", tmp_path / "never")
+        result = sweep_in("run", spec, "--out", tmp_path / "never")
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
         assert not (tmp_path / "never").exists()
@@ -246,22 +270,22 @@ def test_search_options_are_checked_like_the_rest_of_the_spec(tmp_path):
     assert load_spec(plain).fingerprint != load_spec(short).fingerprint
 
 
-def test_warm_start_times_the_nearest_cached_sweeps_top_configs_first(ray_address, tmp_path):
+def test_warm_start_times_the_nearest_cached_sweeps_top_configs_first(tmp_path):
     warm = {**GUIDED, "warm_start": 8}
     first = simulate_spec(tmp_path / "a.yaml", space=SPACE, search=GUIDED,
                           problem={"M": 1024, "N": 1024, "K": 1024})
-    assert sweep_cli("run", first, "--out", tmp_path / "a", "--address", ray_address) == 0
+    assert sweep_cli("run", first, "--out", tmp_path / "a", *LOCAL) == 0
     top = sorted((r for r in rows_of(tmp_path / "a") if r["status"] == "ok"),
                  key=lambda r: r["latency_ms"])
     best = json.loads((tmp_path / "a" / "best.json").read_text())
     # A far problem is cached too: the nearer one is taken.
     far = simulate_spec(tmp_path / "c.yaml", space=SPACE, search=GUIDED,
                         problem={"M": 64, "N": 64, "K": 64})
-    assert sweep_cli("run", far, "--out", tmp_path / "c", "--address", ray_address) == 0
+    assert sweep_cli("run", far, "--out", tmp_path / "c", *LOCAL) == 0
     second = simulate_spec(tmp_path / "b.yaml", space=SPACE, search=warm,
                            problem={"M": 2048, "N": 1024, "K": 1024})
     out = tmp_path / "b"
-    result = sweep_proc("run", second, "--out", out, "--address", ray_address)
+    result = sweep_in("run", second, "--out", out, *LOCAL)
     assert result.returncode == 0, result.stderr
     assert f"warm start: 8 configs from {tmp_path / 'a'}" in result.stderr
     warm = json.loads((out / "run.json").read_text())["search"]["warm"]
@@ -278,13 +302,13 @@ def test_the_nearest_problem_is_by_size_ratio_and_other_keys_count_as_far():
     assert distance({"M": 1024}, {"M": 1024, "K": 8}) == 4.0
 
 
-def test_a_retry_on_a_searched_run_decides_its_pruned_rows_again(ray_address, tmp_path):
+def test_a_retry_on_a_searched_run_decides_its_pruned_rows_again(tmp_path):
     spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED,
                          simulate={"fail_rate": 0.2})
     out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    assert sweep_cli("run", spec, "--out", out, *LOCAL) == 0
     before = rows_of(out)
-    assert sweep_cli("resume", out, "--address", ray_address, "--retry", "compile_error") == 0
+    assert sweep_cli("resume", out, *LOCAL, "--retry", "compile_error") == 0
     after = rows_of(out)
     # The simulated failures fail again, so the search decides as before: its pruned rows
     # stand (decided again, not written again), the failures have a second attempt.
@@ -294,17 +318,14 @@ def test_a_retry_on_a_searched_run_decides_its_pruned_rows_again(ray_address, tm
     lines = (out / "journal.jsonl").read_text().splitlines()
     failed = sum(r["status"] == "compile_error" for r in before)
     assert len(lines) == 432 + failed
-    result = sweep_proc("resume", out, "--address", ray_address)  # and then nothing
+    result = sweep_in("resume", out, *LOCAL)  # and then nothing
     assert "already complete" in result.stdout, result.stderr
 
 
-def test_a_config_the_search_runs_supersedes_a_pruned_row_and_counts_once(ray_address,
-                                                                         tmp_path):
+def test_a_config_the_search_runs_supersedes_a_pruned_row_and_counts_once(guided, tmp_path):
     # As after a retry that changed an outcome and was stopped: the journal holds a pruned
     # row for a config the search now runs. Resumed, it runs once and counts once.
-    spec = simulate_spec(tmp_path / "s.yaml", space=SPACE, search=GUIDED)
-    out = tmp_path / "run"
-    assert sweep_cli("run", spec, "--out", out, "--address", ray_address) == 0
+    out = copy_of(guided[1], tmp_path)
     whole = rows_of(out)
     lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     ran = next(line for line in lines if line["status"] == "ok")
@@ -313,7 +334,7 @@ def test_a_config_the_search_runs_supersedes_a_pruned_row_and_counts_once(ray_ad
     (out / "journal.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     for artefact in ("trials.parquet", "snapshot.json", "best.json"):
         (out / artefact).unlink()
-    result = sweep_proc("resume", out, "--address", ray_address)
+    result = sweep_in("resume", out, *LOCAL)
     assert result.returncode == 0 and "complete — " in result.stdout, result.stderr
     rows = rows_of(out)
     assert compared(rows) == compared(whole)

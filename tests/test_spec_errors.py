@@ -231,8 +231,9 @@ def test_resume_of_a_directory_that_is_not_a_run_is_bad_input(tmp_path, capsys):
     assert list(Path(tmp_path).iterdir()) == []
 
 
+@pytest.mark.slow  # a kernel whose import takes seconds, in a process of its own
 def test_a_mistake_only_the_kernel_can_find_is_reported_once_its_slow_import_ends(
-        tmp_path, ray_address):
+        tmp_path):
     # A package whose import takes seconds (Liger-Kernel's pulls in torch._dynamo): the
     # user is told what the wait is, and the mistake comes as soon as the import ends,
     # without waiting on the cluster it was joining.
@@ -245,7 +246,7 @@ def test_a_mistake_only_the_kernel_can_find_is_reported_once_its_slow_import_end
         "problem: {rows: 4, cols: 64, dtype: float32}\n"
         "space: {BLOCK_SIZ: [32], ROWS_PER_PROGRAM: [1]}\n"
         "run: {backend: interpret}\n")
-    done = sweep_proc("run", "spec.yaml", "--address", ray_address, cwd=tmp_path)
+    done = sweep_proc("run", "spec.yaml", "--runtime", "local", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[0] == "importing slow_kernel (the spec's kernel) to check the spec against it"

@@ -4,9 +4,9 @@ is complete, compared row by row with an uninterrupted run. (The driver's rules 
 fault are pinned down one by one, without Ray, in tests/test_driver.py.)
 
 The signal tests run on both runtimes: the local one (worker processes of the CLI's own)
-and Ray, where the CLI processes join the test session's Ray instance (`--address`), as a
-resume against a running cluster does; tests/test_connect.py stops a CLI starting its
-own."""
+and, in the slow tier, Ray, where the CLI processes join the test session's Ray instance
+(`--address`), as a resume against a running cluster does; tests/test_connect.py stops a
+CLI starting its own. The rule tests run in this process, on the local runtime."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, simulate_spec, sweep_cli, sweep_proc
+from conftest import ROOT, simulate_spec, sweep_cli, sweep_in
 
 from actors.simulate import draws
 
@@ -35,7 +35,7 @@ COMPARED = ("index", "config", "status", "latency_ms", "latency_p20_ms", "latenc
 
 
 @pytest.fixture(scope="module")
-def reference(ray_local, tmp_path_factory) -> list[dict]:
+def reference(tmp_path_factory) -> list[dict]:
     """The uninterrupted run everything else must reproduce."""
     tmp = tmp_path_factory.mktemp("reference")
     spec = simulate_spec(tmp / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
@@ -115,7 +115,7 @@ def interrupt_then_finish(tmp_path: Path, sig: int, delays: list[float],
                 if snap["state"] == "interrupted":
                     assert best["partial"] is True
     for _ in range(3):  # then resume until complete
-        result = sweep_proc(*run_or_resume(spec, out), *where)
+        result = sweep_in(*run_or_resume(spec, out), *where)
         assert result.returncode == 0, result.stderr
         if "already complete" in result.stdout or "complete —" in result.stdout:
             break
@@ -144,6 +144,7 @@ def test_random_sigkills_of_the_process_group_then_resume_equal_an_uninterrupted
     assert_same_as(reference, rows)
 
 
+@pytest.mark.slow  # seconds of 700 ms trials; SIGINT and SIGKILL stay in the default tier
 def test_sigterm_stops_with_143_a_partial_best_and_cancelled_trials_run_again_as_attempt_2(
         where, tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(6))},
@@ -190,7 +191,7 @@ def test_a_second_signal_exits_at_once_and_loses_no_acknowledged_trial(where, tm
     assert (out / "journal.jsonl").read_bytes().startswith(journal_before)
 
 
-def test_resume_refuses_a_changed_spec_and_touches_nothing(ray_local, tmp_path, capsys):
+def test_resume_refuses_a_changed_spec_and_touches_nothing(tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out, "--max-trials", "10") == 0
@@ -204,8 +205,8 @@ def test_resume_refuses_a_changed_spec_and_touches_nothing(ray_local, tmp_path, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_budgeted_runs_resume_to_the_same_table_with_each_index_once(ray_local, reference,
-                                                                      tmp_path, capsys):
+def test_budgeted_runs_resume_to_the_same_table_with_each_index_once(reference, tmp_path,
+                                                                      capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, simulate=SIM, run=RUN)
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out, "--max-trials", "60") == 0
@@ -226,7 +227,7 @@ def test_budgeted_runs_resume_to_the_same_table_with_each_index_once(ray_local, 
 
 
 def test_damaged_snapshot_is_reported_and_the_run_rebuilt_from_the_journal(
-        ray_local, tmp_path, capsys):
+        tmp_path, capsys):
     spec = simulate_spec(tmp_path / "spec.yaml", simulate={"seed": 3})
     out = tmp_path / "run"
     assert sweep_cli("run", spec, "--out", out, "--max-trials", "15") == 0
@@ -242,7 +243,7 @@ def test_damaged_snapshot_is_reported_and_the_run_rebuilt_from_the_journal(
 
 
 def test_only_a_complete_run_reaches_the_best_config_cache_unless_asked(
-        ray_local, tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys):
     from storage.cache import lookup
 
     monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path / "cache"))

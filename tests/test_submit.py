@@ -40,6 +40,8 @@ except ImportError:  # only where ray[default] is not installed at all
 
 from sweep.submit import STOP_MARGIN_S, STOP_WAIT_VAR
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 CORE_PORTS = range(6430, 6450)  # this module's own ports, away from Ray's defaults
 DASHBOARD_PORTS = range(8271, 8280)
 # Variables that would point a process at some other cluster.

@@ -25,6 +25,8 @@ import pytest
 from conftest import simulate_spec
 from ray_nodes import OBJECT_STORE_BYTES, RAY, await_head, processes_of
 
+pytestmark = pytest.mark.slow  # own Ray clusters: the slow tier
+
 
 @dataclass(frozen=True)
 class Head:
