@@ -89,7 +89,7 @@ def start(entry: str, payload: str, *, stderr: IO[bytes] | None = None,
 
 class Foreign:
     """A process that is not this process's child (forked by a ForkServer, or started
-    before its worker, see sweep/prestart.py): watched and killed by pid. Its pid may
+    before its worker, see sweep/engines/prestart.py): watched and killed by pid. Its pid may
     come later (a fork server answers once it has prepared)."""
 
     def __init__(self, pid: Callable[[], int | None]) -> None:

@@ -30,7 +30,7 @@ def serve(read_fd: int, write_fd: int, payload: str) -> None:
 
 
 def serve_prestarted(address: str, key_hex: str, payload: str) -> None:
-    """A launcher started before its worker exists (sweep/prestart.py): it sets up its
+    """A launcher started before its worker exists (sweep/engines/prestart.py): it sets up its
     device while Ray starts, then serves the worker that adopts it through a Unix socket,
     and dies with that worker as a launcher the worker started would."""
     child.die_with_parent()
@@ -87,7 +87,7 @@ def _serve(inbox: Connection, outbox: Connection, backend: Any) -> None:
 # A launcher makes its socket within a moment of starting, long before a worker exists;
 # one without a socket after this long was adopted already (by a worker since replaced).
 ADOPT_WAIT_S = 5.0
-# Names the launcher begun early (sweep/prestart.py) that an interpreter's worker adopts, in
+# Names the launcher begun early (sweep/engines/prestart.py) that an interpreter's worker adopts, in
 # its environment; a GPU's worker adopts the one of its CUDA_VISIBLE_DEVICES.
 LAUNCHER_ENV = "SWEEP_LAUNCHER"
 
@@ -102,7 +102,7 @@ class Launcher:
     def __init__(self, payload: str, adopt: tuple[str, str, int] | None = None) -> None:
         """payload: the launching process's options (actors/worker.py, launcher_payload);
         adopt: (socket, key, pid) of a launcher started for this GPU before Ray was up
-        (sweep/prestart.py), used instead of starting one where it answers."""
+        (sweep/engines/prestart.py), used instead of starting one where it answers."""
         self._payload = payload
         # Not waited for here: the worker's constructor returns at once, so that its
         # compile pool gets configs while this process still imports torch and sets up

@@ -1,5 +1,5 @@
 """A trial worker as a plain process of this machine: the local runtime's worker
-(sweep/local_runtime.py), the same TrialWorker a Ray actor runs, served over two pipes.
+(sweep/engines/local_runtime.py), the same TrialWorker a Ray actor runs, served over two pipes.
 
 The driver sends requests; the worker answers with tagged messages, one pickle each, from
 whichever of its threads has them (a thread per batch it holds, as a Ray actor has):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweep.rundir import versions
+from sweep.run.rundir import versions
 
 
 def header(name: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@ strategy compiles and times, the GPU time that costs, and how far its pick is fr
 exhaustive best.
 
 (a) Decisions, over seeds 0-9: a strategy's proposals depend only on the outcomes of what
-    it ran (sweep/search.py), so the recorded table decides them exactly as a run would.
+    it ran (sweep/search/strategies.py), so the recorded table decides them exactly as a run would.
     For each table and strategy: the fraction of the space compiled and timed, the
     recorded GPU-seconds and compile-seconds of those configs against all of them, and
     the pick's latency over the exhaustive best (replay's re-timing gives the recorded
@@ -45,9 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import record  # noqa: E402
-from sweep.search import Search, SearchOptions, batch_size, strategy  # noqa: E402
+from sweep.search.strategies import Search, batch_size, strategy  # noqa: E402
+from sweep.search.warm_start import indices_of  # noqa: E402
 from sweep.spec import load_spec  # noqa: E402
-from sweep.warm_start import indices_of  # noqa: E402
+from sweep.spec.search_options import SearchOptions  # noqa: E402
 
 TABLES = ROOT / "benchmarks" / "tables"
 # Each recorded table and the spec that recorded it (the replay reads the table's rows by

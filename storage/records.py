@@ -18,7 +18,7 @@ Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout",
                  "pruned"]
 Validation = Literal["passed", "failed", "skipped", "disabled"]
 STATUSES: tuple[str, ...] = get_args(Status)
-# A config the search decided not to run (sweep/search.py): a row, never a trial.
+# A config the search decided not to run (sweep/search/strategies.py): a row, never a trial.
 PRUNED: Status = "pruned"
 VALIDATIONS: tuple[str, ...] = get_args(Validation)
 MAX_ERROR_CHARS = 2048

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from sweep.constraints import clip_repr
 from sweep.observers import TrialCallback, TrialsJsonl
+from sweep.run.stop import StopController
 from sweep.spec import BACKENDS, RUNTIMES, SpecError
-from sweep.stop import StopController
+from sweep.spec.constraints import clip_repr
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sweep.session import Request, Session
+    from sweep.run.session import Request, Session
 
 SpecLike = str | Path | Mapping[str, Any]
 
@@ -180,7 +180,7 @@ def resume(run_dir: str | Path, *, address: str | None = None, runtime: str | No
 
 def load(run_dir: str | Path) -> SweepResult:
     """The result of a run directory as it stands (a finished, stopped or running run)."""
-    from sweep.rundir import RunDir
+    from sweep.run.rundir import RunDir
 
     path = _required_path(run_dir, "run_dir")
     if not RunDir(path).meta.exists():
@@ -198,9 +198,9 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, o
     whether a Ray this call connects is shut down at its end (the CLI's process ends
     instead, without waiting on it). callers_ray: a Ray the caller connected counts as
     naming a cluster (the Python API's calls)."""
-    from sweep import engines
-    from sweep.report import say
-    from sweep.session import Session
+    from sweep.engines import selection as engines
+    from sweep.report.text import say
+    from sweep.run.session import Session
 
     session = (Session.start(target, out_dir, backend, label or command,
                              replace_run=request.force, say_line=lambda line: say(err, line))
@@ -286,7 +286,7 @@ def _request(address: str | None, runtime: str | None, max_trials: int | None,
              cache_partial: bool, force: bool,
              on_trial: Callable[[dict[str, Any]], object] | None,
              trials_jsonl: str | Path | None) -> Request:
-    from sweep.session import Request
+    from sweep.run.session import Request
 
     check_limits(max_trials, time_budget_s, ("max_trials", "time_budget_s"))
     return Request(address=address, runtime=runtime, max_trials=max_trials,
@@ -321,7 +321,7 @@ def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | 
     stop = StopController(exit_at_once=False,
                           asked=asked.is_set if asked is not None else lambda: False)
     stop.install()
-    try:  # on Ray, with the process's other calls (see sweep/ray_engine.py)
+    try:  # on Ray, with the process's other calls (see sweep/engines/ray_engine.py)
         code, session = call(request, stop, out, err, started)
     except SpecError as e:
         if rename is None:
@@ -362,7 +362,7 @@ def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
             state="cached", run_dir=Path(best.run_dir), exit_code=code,
             best=by_device[best.device], by_device=by_device, finalists=finalists,
             elapsed_s=elapsed_s)
-    from sweep.rundir import RunDir
+    from sweep.run.rundir import RunDir
 
     if not RunDir(session.path).meta.exists():  # stopped before the run began
         return SweepResult(state="interrupted", run_dir=None, best=None, exit_code=code,
@@ -390,7 +390,7 @@ def _in_its_run(entry: Any) -> tuple[int | None, list[dict[str, Any]]]:
 def _from_run_dir(path: Path, state: str | None, code: int | None,
                   elapsed_s: float) -> SweepResult:
     from storage.snapshot import Best, SnapshotError, read_snapshot
-    from sweep.rundir import RunDir
+    from sweep.run.rundir import RunDir
 
     def best_of(b: Best) -> BestConfig:
         return BestConfig(dict(b.config), b.latency_ms, b.device, b.index)

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from sweep import EXIT_OK
-from sweep.report import say
+from sweep.report.text import say
 from sweep.tuned import config_line
 
 
@@ -43,7 +43,7 @@ def show_best(target: Path, as_json: bool, out: Console) -> int:
 def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
     from storage.lock import holder
     from storage.snapshot import read_best
-    from sweep.rundir import RunDir, read_meta
+    from sweep.run.rundir import RunDir, read_meta
     from sweep.spec import SpecError
 
     run = RunDir(path)

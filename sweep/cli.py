@@ -19,8 +19,8 @@ from pathlib import Path
 from rich.console import Console
 
 from sweep import EXIT_BAD_INPUT, EXIT_FAILED, SweepFailed
-from sweep.report import say
-from sweep.stop import StopController
+from sweep.report.text import say
+from sweep.run.stop import StopController
 
 _DEFAULT = Path()  # --html given without a path
 
@@ -111,7 +111,7 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
                                      else [args.command])])
     try:
         if args.command == "report":
-            from sweep.report import report
+            from sweep.report.text import report
 
             html = args.dir / "report.html" if args.html is _DEFAULT else args.html
             return report(args.dir, args.top, out, as_json=args.json, html=html,
@@ -128,7 +128,7 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
 
             return submit(args, stop, out, err)
         from sweep.api import invoke, observers
-        from sweep.session import Request
+        from sweep.run.session import Request
 
         watching = observers(None, args.trials_jsonl,
                              lambda message: say(err, f"warning: {message}"), "--trials-jsonl")

@@ -11,7 +11,7 @@ import time
 # `... && sweep run` as its last command may exec it in its own, older process.)
 STARTED = time.monotonic()
 
-from sweep.stop import StopController  # noqa: E402
+from sweep.run.stop import StopController  # noqa: E402
 
 # First thing, before the slower imports: a Ctrl+C or SIGTERM from here on is a clean
 # stop. (One that lands while Python itself starts still ends the process the default way,
@@ -57,7 +57,7 @@ def main() -> int:
     # (2-3.5 s; forever with a thread stuck inside ray.init or a lost head). A private
     # Ray instance's processes are ended; a cluster it joined sees its driver gone and
     # ends its workers; the local runtime's workers are gone already.
-    cluster = sys.modules.get("sweep.cluster")
+    cluster = sys.modules.get("sweep.engines.cluster")
     if cluster is not None:
         cluster.end_private_now()
     for stream in (sys.stdout, sys.stderr):

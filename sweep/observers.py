@@ -1,7 +1,7 @@
 """Observers a user attaches to a run: a callable told of each finished trial (the Python
 API's `on_trial`), and a JSON Lines stream of the same records (`--trials-jsonl PATH`).
 
-Both are driver Observers (see sweep.driver.Observer): called on the driver's thread, in
+Both are driver Observers (see sweep.run.driver.Observer): called on the driver's thread, in
 completion order, once a trial's record is durable in the journal. A user's observer
 must not be able to change the sweep: one that raises is reported once and not called
 again.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from storage.records import TrialRecord
-from sweep.tally import Tally
+from sweep.results.tally import Tally
 
 
 class ObserverWarning(RuntimeWarning):

@@ -66,8 +66,8 @@ from typing import Any
 from rich.console import Console
 
 from sweep import EXIT_FAILED, EXIT_OK
-from sweep.report import say
-from sweep.stop import StopController
+from sweep.report.text import say
+from sweep.run.stop import StopController
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 PROBE_TIMEOUT_S = 4.0

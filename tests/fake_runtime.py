@@ -1,4 +1,4 @@
-"""An in-process Runtime (sweep/runtime.py) with a clock the test controls.
+"""An in-process Runtime (sweep/engines/runtime.py) with a clock the test controls.
 
 Workers are scripted: `trial(index, config, attempt, worker)` says what each trial does
 (take some seconds and succeed or fail, kill its worker, hang) and `start(worker)` what a
@@ -20,7 +20,7 @@ from typing import Any
 from actors.compile_pool import CompileLimit
 from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
-from sweep.runtime import (
+from sweep.engines.runtime import (
     BatchBegan,
     BatchDone,
     Event,

@@ -1,4 +1,4 @@
-"""The report's numbers (sweep/analysis.py) against a table worked out by hand: a run
+"""The report's numbers (sweep/report/analysis.py) against a table worked out by hand: a run
 directory written through the run's own writers, whose every figure is computed below
 from the six trials it holds."""
 
@@ -10,9 +10,9 @@ from conftest import simulate_spec, sweep_cli
 
 from storage.records import TrialRecord
 from storage.snapshot import Best, Snapshot, read_best, write_best, write_snapshot
-from sweep import rundir
-from sweep.analysis import analyse
-from sweep.rundir import RunDir, RunLog
+from sweep.report.analysis import analyse
+from sweep.run import rundir
+from sweep.run.rundir import RunDir, RunLog
 from sweep.spec import load_spec
 
 NODE = "n1"
@@ -197,7 +197,7 @@ def test_best_json_from_before_the_baseline_is_still_read(tmp_path):
     (2.0, "is 2× faster"), (1.004, "matches it (within 0.5%)"),
     (0.996, "matches it (within 0.5%)"), (0.5, "is 2× slower")])
 def test_the_comparison_with_torch_reads_both_ways(speedup, text):
-    from sweep.report import speedup_text
+    from sweep.report.text import speedup_text
 
     assert speedup_text(speedup) == text
 

@@ -139,7 +139,7 @@ def test_importing_the_package_changes_no_signal_handler_nor_sys_path():
     # (Ray's import adds a folder of its own to sys.path; the caller's entries must stay.)
     code = ("import signal, sys; before = (signal.getsignal(signal.SIGINT), "
             "signal.getsignal(signal.SIGTERM), list(sys.path)); "
-            "import sweep.cli, sweep.api, sweep.tuned, sweep.session; "
+            "import sweep.cli, sweep.api, sweep.tuned, sweep.run.session; "
             "after = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), "
             "[p for p in sys.path if p in before[2]]); "
             "assert after == before, (before, after)")
@@ -280,7 +280,7 @@ def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(tmp_path,
                                                                monkeypatch, capsys):
     import errno
 
-    from sweep import rundir
+    from sweep.run import rundir
 
     def full_disk(run, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(run.trials))

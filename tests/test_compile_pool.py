@@ -193,7 +193,7 @@ def test_processes_that_cannot_start_at_all_leave_the_pool_down_not_raising(monk
 
 
 def test_the_compile_times_of_a_pool_nobody_takes_from_are_there_to_learn_a_limit_from(pool):
-    # The early pool (sweep/prestart.py) compiles while Ray starts; the workers then find
+    # The early pool (sweep/engines/prestart.py) compiles while Ray starts; the workers then find
     # those binaries in Triton's cache (compiles of a few ms), so only the early pool's
     # own times say how long this kernel's compiles take.
     for key in range(3):

@@ -100,7 +100,8 @@ def test_a_sigterm_while_the_local_ray_starts_is_a_clean_stop(tmp_path):
 
 def test_the_project_root_is_where_ray_starts_its_workers():
     # Ray puts the driver's working directory first on every worker's sys.path.
-    import sweep.cluster
+    import sweep.engines.cluster
 
-    assert (sweep.cluster.NEUTRAL_DIR / "storage" / "journal.py").exists()
-    assert Path(sweep.cluster.NEUTRAL_DIR, "sweep", "cluster.py").samefile(sweep.cluster.__file__)
+    assert (sweep.engines.cluster.NEUTRAL_DIR / "storage" / "journal.py").exists()
+    cluster = sweep.engines.cluster
+    assert Path(cluster.NEUTRAL_DIR, "sweep", "engines", "cluster.py").samefile(cluster.__file__)

@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from sweep.constraints import ConstraintError, parse_constraint
+from sweep.spec.constraints import ConstraintError, parse_constraint
 
 COLS = {"A": np.array([16, 32, 64]), "B": np.array([1, 2, 4]),
         "S": np.array(["x", "y", "x"], dtype=object)}
@@ -111,7 +111,7 @@ def test_a_name_python_would_normalise_to_a_parameter_is_refused() -> None:
 
 HOSTILE_ARITHMETIC = """
 import numpy as np
-from sweep.constraints import parse_constraint
+from sweep.spec.constraints import parse_constraint
 cols = {"A": np.arange(1, 1001)}
 for text, kept in [("10**10**10 > A", 1000), ("A ** 10**6 > 1", 999),
                    ("2 ** A ** A > 0", 1000), ("(A * 1e308) * 1e308 > 1e308", 1000),

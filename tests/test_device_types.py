@@ -14,9 +14,9 @@ from test_driver import make
 from actors.simulate import SimulatedBackend, draws
 from storage.records import TrialOutcome, TrialRecord
 from storage.snapshot import Best
-from sweep.cluster import placement
+from sweep.engines.cluster import placement
+from sweep.results.tally import Tally
 from sweep.spec import SpecError, load_spec
-from sweep.tally import Tally
 
 DEVICES = {"SIM-A": 1, "SIM-B": 2}
 

@@ -11,9 +11,9 @@ import pytest
 from fake_runtime import KILLED, Dies, Fails, FakeRuntime, Hangs, Ok, Start
 
 from storage.records import TrialRecord
-from sweep.driver import Driver, DriverFailed, Limits, SpentAttempt
-from sweep.space import expand
-from sweep.tally import Tally
+from sweep.results.tally import Tally
+from sweep.run.driver import Driver, DriverFailed, Limits, SpentAttempt
+from sweep.spec.space import expand
 
 LIMITS = Limits(trial_timeout_s=60, max_retries=1, drain_s=3, snapshot_every_s=30,
                 batch_size=2, depth=2, start_timeout_s=60)
@@ -315,7 +315,7 @@ def test_a_worker_that_waits_on_compiles_gets_the_compile_limit_before_it_is_rep
 
 
 def test_each_batch_carries_the_compile_limit_learnt_so_far():
-    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
 
     rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))  # every compile took 2 s
     driver, _, _ = make(2 * MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=4, depth=1),
@@ -328,7 +328,7 @@ def test_each_batch_carries_the_compile_limit_learnt_so_far():
 def test_a_compile_limit_learnt_while_nothing_is_left_to_send_reaches_the_workers_at_once():
     # A search sends nothing while it waits on a batch's outcomes: a compile hanging since
     # before the limit was learnt must hear of it without a new batch.
-    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
 
     rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))
     driver, _, _ = make(MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=MIN_COMPILES,
@@ -350,7 +350,7 @@ def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
 def test_what_the_early_pool_compiled_teaches_the_compile_limit_once_the_pools_are_up():
     # Workers find the early pool's binaries in Triton's cache (compiles of ms): only the
     # early pool's own times can teach the limit, and they reach running compiles at once.
-    from sweep.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
 
     limit = AdaptiveLimit(60.0, adaptive=True)
     rt = FakeRuntime(order=lambda trials: trials, trial=lambda *_: Ok(compile_ms=2.0))

@@ -17,9 +17,10 @@ import pytest
 from conftest import ROOT, simulate_spec, sweep_proc
 
 from actors.worker import WorkerSettings
-from sweep import engines, machine
-from sweep.local_runtime import LocalRuntime
-from sweep.runtime import (
+from sweep.engines import machine
+from sweep.engines import selection as engines
+from sweep.engines.local_runtime import LocalRuntime
+from sweep.engines.runtime import (
     BatchDone,
     Placement,
     RetimeAbandoned,

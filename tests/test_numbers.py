@@ -1,4 +1,4 @@
-"""Numbers as a person reads them (sweep/numbers.py) in every view of a run: the text
+"""Numbers as a person reads them (sweep/report/numbers.py) in every view of a run: the text
 report, the HTML report and its page's own script, the PNGs; the JSON stays numbers."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 from conftest import sweep_cli
 from test_report import INTERPRETED_WORK, write_interpreter_run
 
-from sweep.numbers import amount, ratio, scale, significant
+from sweep.report.numbers import amount, ratio, scale, significant
 
 EXPONENT = re.compile(r"\d[eE][-+]\d")
 
@@ -49,7 +49,7 @@ def test_a_column_takes_one_unit_from_its_largest_value():
 @pytest.mark.parametrize(("speedup", "text"), [
     (1 / 4720.4, "is 4,720× slower"), (1.614, "is 1.61× faster")])
 def test_the_comparison_with_torch_has_no_exponent(speedup, text):
-    from sweep.report import speedup_text
+    from sweep.report.text import speedup_text
 
     assert speedup_text(speedup) == text
 
@@ -80,8 +80,8 @@ def test_the_json_report_keeps_its_numbers(tmp_path, capsys):
 
 
 def _page(tmp_path):
-    from sweep.analysis import analyse
-    from sweep.report_html import render
+    from sweep.report.analysis import analyse
+    from sweep.report.html import render
 
     return render(analyse(write_interpreter_run(tmp_path)), "")
 
@@ -128,8 +128,8 @@ def test_the_png_heatmap_writes_cells_without_exponents(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from sweep.analysis import analyse
-    from sweep.report_plots import _heatmap, _latency
+    from sweep.report.analysis import analyse
+    from sweep.report.plots import _heatmap, _latency
 
     a = analyse(write_interpreter_run(tmp_path))
     figure = _heatmap(a)

@@ -1,4 +1,4 @@
-"""What a local GPU run begins before Ray is up (sweep/prestart.py), on a machine whose GPU
+"""What a local GPU run begins before Ray is up (sweep/engines/prestart.py), on a machine whose GPU
 does not work (this one has none): its processes fail quietly into their own log, and
 closing it leaves none of them running."""
 
@@ -8,7 +8,7 @@ import time
 
 from actors import child
 from actors.worker import WorkerSettings
-from sweep.prestart import Prestart
+from sweep.engines.prestart import Prestart
 
 SETTINGS = WorkerSettings(
     backend="cuda", kernel="matmul", problem={"M": 64, "N": 64, "K": 64, "dtype": "float16"},

@@ -8,9 +8,9 @@ import io
 from rich.console import Console
 
 from storage.records import TrialOutcome, TrialRecord
-from sweep import progress
-from sweep.progress import ProgressReporter
-from sweep.tally import Tally
+from sweep.results.tally import Tally
+from sweep.run import progress
+from sweep.run.progress import ProgressReporter
 
 
 class Clock:

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from sweep.ray_runtime import RayRuntime, _Actor
-from sweep.runtime import Placement, RetimeAbandoned
+from sweep.engines.ray_runtime import RayRuntime, _Actor
+from sweep.engines.runtime import Placement, RetimeAbandoned
 
 
 @pytest.fixture

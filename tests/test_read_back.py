@@ -26,8 +26,8 @@ from storage import cache
 from storage.cache import CacheEntry, cache_dir, lookup
 from storage.lock import RunDirLock
 from storage.readback import ReadBackError, read_json, read_small
+from sweep.search.warm_start import top_configs
 from sweep.tuned import tuned_config
-from sweep.warm_start import top_configs
 
 SPACE = {"A": list(range(8)), "B": list(range(5))}
 PROBLEM = {"rows": 4, "cols": 64, "dtype": "float32"}
@@ -403,7 +403,7 @@ def test_the_checks_read_what_this_tool_writes(finished, tmp_path):
     a good run into a refusal)."""
     out = sim_run(tmp_path, finished)
     from storage.snapshot import read_best, read_snapshot
-    from sweep.rundir import RunDir, read_meta
+    from sweep.run.rundir import RunDir, read_meta
 
     meta = read_meta(RunDir(out))
     assert read_best(out / "best.json", meta["fingerprint"]) is not None

@@ -16,8 +16,8 @@ from conftest import ROOT, sweep_cli, write_spec
 from actors.compile_pool import CompileLimit
 from actors.replay import Recorded, ReplayCompiler
 from storage.records import TrialOutcome, TrialRecord, canonical_json
-from sweep.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order
-from sweep.space import expand
+from sweep.search.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order
+from sweep.spec.space import expand
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 # Where the runtime is not what a test checks, it runs on the local one, in this process.

@@ -175,8 +175,8 @@ def test_text_from_a_run_stays_text_in_the_html_report(tmp_path, browser):
     from selenium.webdriver.support.ui import WebDriverWait
     from test_analysis import write_run
 
-    from sweep.analysis import analyse
-    from sweep.report_html import write_html
+    from sweep.report.analysis import analyse
+    from sweep.report.html import write_html
 
     # An error text that would end the data's <script> early, or comment the rest out,
     # and markup in a run's name.
@@ -248,8 +248,8 @@ def write_interpreter_run(tmp_path, *, backend="interpret", error="boom"):
 
     from storage.records import TrialRecord
     from storage.snapshot import Best, write_best
-    from sweep import rundir
-    from sweep.rundir import RunDir, RunLog
+    from sweep.run import rundir
+    from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec
 
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -283,9 +283,9 @@ def test_under_the_interpreter_the_heatmap_defaults_to_parameters_that_are_not_l
     import matplotlib
 
     matplotlib.use("Agg")
-    from sweep.analysis import analyse
-    from sweep.report_html import render
-    from sweep.report_plots import _heatmap
+    from sweep.report.analysis import analyse
+    from sweep.report.html import render
+    from sweep.report.plots import _heatmap
 
     a = analyse(write_interpreter_run(tmp_path / "interpreted"))
     assert a.interpreted
@@ -318,8 +318,8 @@ def test_the_interpreters_heatmap_opens_on_parameters_that_are_not_launch_option
         tmp_path, browser):
     from selenium.webdriver.common.by import By
 
-    from sweep.analysis import analyse
-    from sweep.report_html import write_html
+    from sweep.report.analysis import analyse
+    from sweep.report.html import write_html
 
     write_html(analyse(write_interpreter_run(tmp_path)), tmp_path / "r.html")
     _open(browser, tmp_path / "r.html")
@@ -333,8 +333,8 @@ def test_the_trial_table_takes_the_windows_width_and_scrolls_only_where_it_does_
         tmp_path, browser):
     from test_analysis import write_run
 
-    from sweep.analysis import analyse
-    from sweep.report_html import write_html
+    from sweep.report.analysis import analyse
+    from sweep.report.html import write_html
 
     long = "RuntimeError: " + "a long message about what went wrong in the kernel " * 4
     path = write_run(tmp_path, errors={2: long, 4: long},
@@ -373,7 +373,7 @@ def test_the_trial_tables_rate_column_says_its_one_unit_and_numbers_have_no_expo
 
     from selenium.webdriver.common.by import By
 
-    from sweep.numbers import significant
+    from sweep.report.numbers import significant
 
     page = (quickstart / "report.html").read_text()
     data = json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
@@ -411,8 +411,8 @@ def write_large_run(tmp_path, n=LARGE):
 
     from storage.records import TrialRecord
     from storage.snapshot import Best, write_best
-    from sweep import rundir
-    from sweep.rundir import RunDir, RunLog
+    from sweep.run import rundir
+    from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec
 
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -454,7 +454,7 @@ def write_large_run(tmp_path, n=LARGE):
 
 @pytest.fixture(scope="module")
 def large(tmp_path_factory):
-    from sweep.analysis import analyse
+    from sweep.report.analysis import analyse
 
     return analyse(write_large_run(tmp_path_factory.mktemp("large")))
 
@@ -464,7 +464,7 @@ def _data(page):
 
 
 def test_a_large_reports_page_carries_its_trials_as_compact_columns_not_rows(large):
-    from sweep.report_html import render
+    from sweep.report.html import render
 
     page = render(large, "")  # plotly.js aside
     # No markup per trial: the table is drawn in the page, a page of rows at a time.
@@ -483,7 +483,7 @@ def test_a_large_reports_page_carries_its_trials_as_compact_columns_not_rows(lar
 def test_a_timeline_of_many_trials_draws_few_bars_that_cover_every_trial(large):
     import bisect
 
-    from sweep.report_html import MAX_BARS, drawable
+    from sweep.report.html import MAX_BARS, drawable
 
     bars = drawable(large.spans)
     assert len(large.spans) > MAX_BARS >= len(bars)
@@ -510,7 +510,7 @@ def test_a_large_reports_table_shows_a_page_at_a_time_and_sorts_and_filters_ever
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from sweep.report_html import write_html
+    from sweep.report.html import write_html
 
     # With its timeline: 40,000 spans, drawn as the few bars a plot can tell apart.
     write_html(large, tmp_path / "r.html")

@@ -29,7 +29,7 @@ from conftest import (
 import storage.journal as journal_module
 import storage.snapshot as snapshot_module
 from storage.journal import read_journal
-from sweep import rundir
+from sweep.run import rundir
 from sweep.spec import load_spec
 
 SPACE = {"A": list(range(10)), "B": list(range(6))}
@@ -325,11 +325,11 @@ def test_report_of_a_damaged_table_is_one_line(tmp_path, capsys):
 
 def test_a_session_works_on_absolute_paths_whatever_was_typed(stopped_run, tmp_path,
                                                                 monkeypatch):
-    # Ray's start changes the working directory for a moment (sweep/cluster.py), while
+    # Ray's start changes the working directory for a moment (sweep/engines/cluster.py), while
     # another thread may be reading the run directory: a relative path would read another.
     from rich.console import Console
 
-    from sweep.session import Session
+    from sweep.run.session import Session
 
     shutil.copytree(stopped_run, tmp_path / "run")
     monkeypatch.chdir(tmp_path)
@@ -361,7 +361,7 @@ def test_a_directory_with_a_runs_files_but_no_run_json_is_neither_run_into_nor_r
 
 def test_only_failed_writes_in_the_run_directory_count_as_its_storage_errors(tmp_path):
     from storage.journal import JournalWriteError
-    from sweep.session import storage_error
+    from sweep.run.session import storage_error
 
     inside = tmp_path / "run"
     assert storage_error(JournalWriteError(errno.ENOSPC, "no space", str(inside / "j")), inside)

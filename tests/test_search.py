@@ -1,4 +1,4 @@
-"""Search strategies (sweep/search.py): which configs run, the `pruned` rows of the rest,
+"""Search strategies (sweep/search/strategies.py): which configs run, the `pruned` rows of the rest,
 and a search stopped and resumed deciding exactly as one left alone."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import yaml
 from conftest import ROOT, simulate_spec, sweep_cli, sweep_in, write_spec
 from test_stop_resume import has_records, start, stderr_of, wait_until
 
-from sweep.analysis import analyse
-from sweep.search import Guided, Halving, Search, SearchOptions, rungs
+from sweep.report.analysis import analyse
+from sweep.search.strategies import Guided, Halving, Search, rungs
+from sweep.search.warm_start import distance, indices_of
 from sweep.spec import load_spec
-from sweep.warm_start import distance, indices_of
+from sweep.spec.search_options import SearchOptions
 
 SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
          "BLOCK_K": [16, 32, 64], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]}

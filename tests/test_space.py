@@ -10,9 +10,9 @@ import pytest
 from conftest import write_spec
 
 from storage.records import canonical_json
-from sweep.constraints import parse_constraint
-from sweep.space import SpaceTooLarge, expand, parameter_kinds
 from sweep.spec import load_spec
+from sweep.spec.constraints import parse_constraint
+from sweep.spec.space import SpaceTooLarge, expand, parameter_kinds
 
 
 def test_expansion_follows_product_order_and_numbers_survivors_densely():

@@ -112,8 +112,8 @@ def test_space_without_constraints_over_the_cap_is_refused_before_expanding(
 
 EXPAND_50M = """
 import resource, sys, time
-from sweep.constraints import parse_constraint
-from sweep.space import expand, parameter_kinds
+from sweep.spec.constraints import parse_constraint
+from sweep.spec.space import expand, parameter_kinds
 
 # Materialising every point needs gigabytes: fail here rather than starve the host.
 hard = resource.getrlimit(resource.RLIMIT_AS)[1]

@@ -1,7 +1,7 @@
 """The worker's runner (actors/worker.py) against a compile pool the test controls: it runs
 whichever config has compiled, announces each start, and runs configs itself while no
 compile process is up yet. And adoption of a launcher started before the worker
-(sweep/prestart.py), with real processes and Triton's interpreter."""
+(sweep/engines/prestart.py), with real processes and Triton's interpreter."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from storage.readback import is_regular
 from storage.records import PRUNED
-from sweep.report import ErrorGroup, common_errors
+from sweep.report.text import ErrorGroup, common_errors
 
 # A trial's columns that the HTML report's table and timeline carry (besides parameters).
 TRIAL_COLUMNS = ("index", "status", "latency_ms", "latency_p20_ms", "latency_p80_ms",
@@ -178,7 +178,7 @@ def analyse(path: Path) -> Analysis:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from sweep.rundir import RunDir
+    from sweep.run.rundir import RunDir
     from sweep.spec import SpecError
 
     run = RunDir(path)
@@ -307,7 +307,7 @@ def _timing(doc: dict[str, Any]) -> dict[str, float]:
 
 def _run_meta(run: Any) -> dict[str, Any]:
     """run.json, or nothing where it is missing or damaged (the table and snapshot stand)."""
-    from sweep.rundir import read_meta
+    from sweep.run.rundir import read_meta
     from sweep.spec import SpecError
 
     try:

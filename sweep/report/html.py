@@ -21,9 +21,9 @@ from typing import Any
 
 from storage.atomic import write_bytes_atomically
 from storage.records import PRUNED
-from sweep.analysis import Analysis, Ranked, Span
-from sweep.numbers import amount, scale, significant
-from sweep.report import (
+from sweep.report.analysis import Analysis, Ranked, Span
+from sweep.report.numbers import amount, scale, significant
+from sweep.report.text import (
     baseline_name,
     baseline_note,
     how_many,
@@ -351,7 +351,7 @@ const COLORS = {ok: "#3a9d5d", compile_error: "#f08c2e", runtime_error: "#d64545
   starting: "#a9c4e4", "re-timing": "#e0b84a"};
 // The mode bar (zoom, save as PNG) shows while the pointer is on a plot, over its title.
 const CONFIG = {displaylogo: false, responsive: true, displayModeBar: "hover"};
-// Numbers as sweep/numbers.py's significant() writes them: `digits` significant digits in
+// Numbers as sweep/report/numbers.py's significant() writes them: `digits` significant digits in
 // fixed notation, trailing zeros dropped, every digit of the integer part kept (1100 and
 // 694, never 1.1e+3; 0.01234); an exponent only outside 1e-6 to 1e15.
 const num = (v, digits = 4) => {

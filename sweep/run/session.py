@@ -47,16 +47,20 @@ from storage.snapshot import (
     write_best,
     write_snapshot,
 )
-from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK, machine, rundir
-from sweep.driver import Driver, DriverFailed, Limits, Observer
-from sweep.prestart import Prestart
-from sweep.progress import ProgressReporter
-from sweep.report import common_errors, print_summary, resume_command, say
-from sweep.rundir import Loaded, RunDir, RunLog
-from sweep.runtime import ClusterLost, ConnectAbandoned, Engine, Placement, RetimeAbandoned
-from sweep.scheduling import AdaptiveLimit, compile_order
-from sweep.search import Search, SearchPlan, batch_size, rungs, strategy
-from sweep.space import Space
+from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
+from sweep.engines import machine
+from sweep.engines.prestart import Prestart
+from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement, RetimeAbandoned
+from sweep.report.text import common_errors, print_summary, resume_command, say
+from sweep.results.tally import LEADERS, Tally
+from sweep.run import rundir
+from sweep.run.driver import Driver, DriverFailed, Limits, Observer
+from sweep.run.progress import ProgressReporter
+from sweep.run.rundir import Loaded, RunDir, RunLog
+from sweep.run.stop import StopController
+from sweep.search.scheduling import AdaptiveLimit, compile_order
+from sweep.search.strategies import Search, SearchPlan, batch_size, rungs, strategy
+from sweep.search.warm_start import indices_of, warm_start
 from sweep.spec import (
     LAUNCH_OPTIONS,
     Spec,
@@ -65,9 +69,7 @@ from sweep.spec import (
     load_spec,
     read_spec_text,
 )
-from sweep.stop import StopController
-from sweep.tally import LEADERS, Tally
-from sweep.warm_start import indices_of, warm_start
+from sweep.spec.space import Space
 from sweep_kernels import BUILTIN, file_digest, origin_of
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
@@ -262,7 +264,7 @@ class Session:
 
     def execute(self, request: Request, stop: StopController, out: Console, err: Console,
                 engine: Engine, started: float | None = None) -> int:
-        """engine: where the workers run (sweep/engines.py chooses one); started: when the
+        """engine: where the workers run (sweep/engines/selection.py chooses one); started: when the
         command began (time.monotonic()), for the summary's time and the time budget."""
         try:
             return self._execute(request, stop, out, err, engine,

@@ -2,7 +2,7 @@
 
 Each worker keeps `depth` batches' worth of trials in flight (from when it is up; one that
 announces its trials, from its start), dealt from the queue like cards; as records arrive
-(events from a Runtime, see sweep/runtime.py) they are committed to the run's log in one
+(events from a Runtime, see sweep/engines/runtime.py) they are committed to the run's log in one
 durable write per COMMIT_EVERY_S (on a thread, overlapping the loop) and only then
 counted. Because records stream, the driver
 knows which trial each worker is running and since when, so:
@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol
 
 from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
-from sweep.runtime import (
+from sweep.engines.runtime import (
     BatchBegan,
     BatchDone,
     Event,
@@ -49,9 +49,9 @@ from sweep.runtime import (
     WorkerNote,
     WorkerUp,
 )
-from sweep.scheduling import AdaptiveLimit
-from sweep.space import Space
-from sweep.tally import Tally
+from sweep.results.tally import Tally
+from sweep.search.scheduling import AdaptiveLimit
+from sweep.spec.space import Space
 
 Ending = Literal["complete", "stopped", "budget"]
 COMMIT_EVERY_S = 0.02  # the longest a finished trial waits for its durable write
@@ -71,7 +71,7 @@ class SpentAttempt:
 
 
 class TrialLog(Protocol):
-    """Where finished trials go: durably, before they count (see sweep/rundir.py). lines:
+    """Where finished trials go: durably, before they count (see sweep/run/rundir.py). lines:
     each record's journal line where its worker encoded it (else None), aligned with
     records: encoding is most of the driver's cost per trial, and workers run in parallel."""
 
@@ -191,7 +191,7 @@ class Driver:
         """on_compilers_up: called once, when a worker first runs a config its compile
         pool compiled (so the pool is up). kinds: the device type each worker asks for
         (Placement.kinds; empty: any). feed: told of each group of counted records,
-        returns configs to queue next (a search's next batches, see sweep/search.py);
+        returns configs to queue next (a search's next batches, see sweep/search/strategies.py);
         the run ends when the queue is empty and nothing runs."""
         self.space = space
         self.runtime = runtime
@@ -382,7 +382,7 @@ class Driver:
 
     def retime_spread(self, configs: list[dict[str, Any]], device: str) -> list[Timing]:
         """Time each config once more with the careful timing, spread over every worker
-        up on the device type at once (a successive-halving rung, see sweep/search.py);
+        up on the device type at once (a successive-halving rung, see sweep/search/strategies.py);
         the timings in the configs' order."""
         slots = [s for s in self.slots if s.up and s.device == device] or \
             [self._worker_on(device)]

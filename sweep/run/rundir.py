@@ -30,11 +30,11 @@ from storage.readback import ReadBackError, printable, read_json
 from storage.records import TrialRecord
 from storage.snapshot import RunState, Snapshot, checksum, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
-from sweep.driver import SpentAttempt
-from sweep.search import SearchPlan
-from sweep.space import Space
+from sweep.results.tally import Tally
+from sweep.run.driver import SpentAttempt
+from sweep.search.strategies import SearchPlan
 from sweep.spec import BACKENDS, Spec, SpecError, name_problem
-from sweep.tally import Tally
+from sweep.spec.space import Space
 
 META = "run.json"
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import ray
 
-from sweep import SweepFailed, machine
-from sweep.placement import kinds_for
-from sweep.ray_runtime import TYPE_RESOURCE
-from sweep.runtime import ConnectAbandoned, Placement
+from sweep import SweepFailed
+from sweep.engines import machine
+from sweep.engines.placement import kinds_for
+from sweep.engines.ray_runtime import TYPE_RESOURCE
+from sweep.engines.runtime import ConnectAbandoned, Placement
 from sweep.spec import Spec, SpecError
 
 CONNECT_TIMEOUT_S = 30.0  # to join an existing cluster; a local start has no such limit
@@ -33,7 +34,7 @@ RAYLET_WAIT_S = 30  # Ray's own, not configurable (raylet_start_wait_time_s, nod
 # Where Ray's processes start: Ray puts the driver's working directory first on every
 # worker's sys.path, where a user's own `storage/` or `actors/` folder would replace this
 # project's packages. The directory holding this project's packages is safe there.
-NEUTRAL_DIR = Path(__file__).resolve().parent.parent
+NEUTRAL_DIR = Path(__file__).resolve().parents[2]
 
 
 class RayStartFailed(SweepFailed):

@@ -1,5 +1,5 @@
 """Progress on stderr: a live rich bar on a terminal, a plain line every few seconds in a
-log. Both are driver Observers (see sweep.driver.Observer)."""
+log. Both are driver Observers (see sweep.run.driver.Observer)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.text import Text
 
 from storage.records import TrialRecord
-from sweep.tally import Tally
+from sweep.results.tally import Tally
 
 RATE_WINDOW_S = 60.0
 MIN_RATE_TRIALS = 3

@@ -14,13 +14,13 @@ from rich.console import Console
 
 from storage.records import PRUNED
 from sweep import EXIT_OK
-from sweep.numbers import amount, ratio, scale, significant
-from sweep.tally import Tally
+from sweep.report.numbers import amount, ratio, scale, significant
+from sweep.results.tally import Tally
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sweep.analysis import Analysis, Baseline, Ranked, WorkerUse
+    from sweep.report.analysis import Analysis, Baseline, Ranked, WorkerUse
 
 # Numbers in an error's text (a max error, a size) would split one cause into many groups.
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -34,8 +34,8 @@ def say(console: Console, text: str) -> None:
 def report(path: Path, top: int, out: Console, *, as_json: bool = False,
            html: Path | None = None, plot: Path | None = None) -> int:
     """`sweep report DIR`: the text report (or its JSON), and the HTML report and PNGs
-    where asked. Every figure comes from sweep.analysis."""
-    from sweep.analysis import analyse
+    where asked. Every figure comes from sweep.report.analysis."""
+    from sweep.report.analysis import analyse
     from sweep.spec import SpecError
 
     if top < 0:
@@ -44,12 +44,12 @@ def report(path: Path, top: int, out: Console, *, as_json: bool = False,
     # The files first: a reader that closes stdout early (`| head`) must not lose them.
     written = []
     if html is not None:
-        from sweep.report_html import write_html
+        from sweep.report.html import write_html
 
         write_html(analysis, html)
         written.append(f"html report: {html}")
     if plot is not None:
-        from sweep.report_plots import write_plots
+        from sweep.report.plots import write_plots
 
         written += [f"plot: {p}" for p in write_plots(analysis, plot)]
     if as_json:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-from sweep import machine
-from sweep.runtime import Engine
+from sweep.engines import machine
+from sweep.engines.runtime import Engine
 from sweep.spec import RUNTIMES, SpecError
 
 # How long a head recorded on this machine may take to answer: it is this machine's own, so
@@ -42,9 +42,9 @@ def choose(asked: str | None, spec_runtime: str, address: str | None,
            shut_down: bool = True, callers_ray: bool = False) -> Engine:
     """The engine wanted() names. shut_down: see RayEngine."""
     if wanted(asked, spec_runtime, address, callers_ray) == "local":
-        from sweep.local_engine import LocalEngine
+        from sweep.engines.local_engine import LocalEngine
 
         return LocalEngine()
-    from sweep.ray_engine import RayEngine
+    from sweep.engines.ray_engine import RayEngine
 
     return RayEngine(address, shut_down=shut_down)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.records import canonical_json
-from sweep.constraints import Constraint
+from sweep.spec.constraints import Constraint
 
 Scalar = bool | int | float | str
 CHUNK_POINTS = 1_000_000

@@ -24,9 +24,15 @@ import yaml
 from actors.replay import REPLAY_COLUMNS
 from storage.readback import ReadBackError, read_small
 from storage.records import TABLE_COLUMNS, canonical_json
-from sweep.constraints import Constraint, ConstraintError, clip_repr, clip_text, parse_constraint
-from sweep.search import OPTIONS_OF, STRATEGIES, SearchOptions
-from sweep.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
+from sweep.spec.constraints import (
+    Constraint,
+    ConstraintError,
+    clip_repr,
+    clip_text,
+    parse_constraint,
+)
+from sweep.spec.search_options import OPTIONS_OF, STRATEGIES, SearchOptions
+from sweep.spec.space import Space, SpaceTooLarge, expand, parameter_kinds, value_kind
 from sweep_kernels import (
     DTYPES,
     Kernel,
@@ -97,13 +103,13 @@ class RunOptions:
     finalist_rounds: int = 3
     start_timeout_s: float = 60.0  # a worker not up by then is given up (see driver.py)
     # How long one compile may take: "auto" (a limit learnt from this run's compile times,
-    # at most trial_timeout_s; see sweep/scheduling.py), seconds, or "off" (trial_timeout_s).
+    # at most trial_timeout_s; see sweep/search/scheduling.py), seconds, or "off" (trial_timeout_s).
     compile_timeout_s: float | str = "auto"
     # Ray accelerator types (H100, A100, ...; for simulate, simulate.devices' names) a
     # sweep may run on; None: every GPU of the cluster, of whatever type.
     accelerator_types: tuple[str, ...] | None = None
     # Where the workers run: "local" (processes of this machine), "ray", or "auto"
-    # (Ray where an address or a `ray start` head says so; see sweep/engines.py).
+    # (Ray where an address or a `ray start` head says so; see sweep/engines/selection.py).
     runtime: str = "auto"
 
     @property

@@ -16,59 +16,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from storage.records import TrialRecord
-from sweep.scheduling import MIN_COMPILES
-from sweep.space import Space
+from sweep.search.scheduling import MIN_COMPILES
+from sweep.spec.search_options import SearchOptions
+from sweep.spec.space import Space
 
-STRATEGIES = ("exhaustive", "halving", "guided")
 LAG = 1  # batches in flight while the next is decided (see the module's docstring)
 POOL = 5_000  # candidates a guided search scores per batch, at most (and neighbours)
 ENSEMBLE = 8  # bootstrap fits whose spread is the model's uncertainty
 RIDGE = 1.0  # the fits' L2 penalty, per feature
 INITIAL = 2 * MIN_COMPILES  # configs sampled before the model guides
 MAX_PAIR_VALUES = 256  # value combinations of a pair of parameters the model learns, at most
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """The spec's `search` section (README, "Search")."""
-
-    strategy: str = "exhaustive"  # exhaustive | halving | guided
-    seed: int = 0
-    # guided: at most this fraction of the space; it stops sooner once the batches of the
-    # last `patience` of the space (at least two) improved the best by less than
-    # `improvement` (relative)
-    budget: float = 0.2
-    patience: float = 0.06
-    improvement: float = 0.005
-    batch: int | None = None  # guided: configs per batch; None: sized to the cluster
-    # halving: the first rung screens this fraction of the space; each rung promotes
-    # 1/eta of the one before to the careful timing, down to run.finalists
-    sample: float = 0.25
-    eta: int = 3
-    warm_start: int = 8  # configs first taken from the nearest cached sweep (0: none)
-
-    @property
-    def exhaustive(self) -> bool:
-        return self.strategy == "exhaustive"
-
-    def most(self, total: int) -> int | None:
-        """The configs a search of a space of `total` runs at most (None: all)."""
-        if self.strategy == "guided":
-            return math.ceil(self.budget * total)
-        if self.strategy == "halving":
-            return math.ceil(self.sample * total)
-        return None
-
-    def own(self) -> dict[str, object]:
-        """The options that apply to this strategy: a spec may give no others."""
-        return {k: v for k, v in asdict(self).items()
-                if self.strategy in OPTIONS_OF.get(k, (self.strategy,))}
 
 
 @dataclass(frozen=True)
@@ -95,12 +58,6 @@ class SearchPlan:
                 isinstance(doc.get("warm_from"), (str, type(None)))):
             raise ValueError("search: a value of the wrong type")
         return cls(doc["batch"], tuple(doc["warm"]), doc["warm_from"])
-
-
-# Options that mean something to one strategy only: set for another, they are a mistake.
-OPTIONS_OF = {"budget": ("guided",), "patience": ("guided",), "improvement": ("guided",),
-              "batch": ("guided",), "sample": ("halving",), "eta": ("halving",),
-              "seed": ("guided", "halving"), "warm_start": ("guided", "halving")}
 
 
 Seen = Mapping[int, "float | None"]  # index -> latency (ms); None: it did not work
@@ -197,7 +154,7 @@ def _sample(space: Space, n: int, rng: np.random.Generator, taken: set[int],
 class Halving:
     """Successive halving: the first rung is a sample of the space, screened on every GPU
     at once; the session then promotes 1/eta of each rung to the careful timing, across
-    every GPU, down to the finalists (sweep/session.py). The rest are pruned."""
+    every GPU, down to the finalists (sweep/run/session.py). The rest are pruned."""
 
     def __init__(self, space: Space, options: SearchOptions, warm: Sequence[int] = ()) -> None:
         self.space, self.options, self.warm = space, options, list(warm)
@@ -260,7 +217,7 @@ class Guided:
         k = len(batches)
         # The first batch is a spread sample large enough for the run's compile limit to
         # be learnt from it (a compile hanging in it otherwise holds every decision until
-        # the fixed limit; see sweep/scheduling.py), and for a first model.
+        # the fixed limit; see sweep/search/scheduling.py), and for a first model.
         size = max(self.batch, INITIAL) if k == 0 else self.batch
         room = min(size, self.limit - len(taken), len(self.space) - len(taken))
         if room <= 0 or (k > LAG and self._stalled(seen, batches)):

@@ -1,5 +1,5 @@
 """The Ray engine: a run's workers as actors of a Ray cluster, joined or started
-(sweep/cluster.py), driven through RayRuntime (sweep/ray_runtime.py)."""
+(sweep/engines/cluster.py), driven through RayRuntime (sweep/engines/ray_runtime.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from actors.worker import WorkerSettings
-from sweep import cluster
-from sweep.ray_runtime import RayRuntime
-from sweep.runtime import Placement
+from sweep.engines import cluster
+from sweep.engines.ray_runtime import RayRuntime
+from sweep.engines.runtime import Placement
 from sweep.spec import Spec
 
 

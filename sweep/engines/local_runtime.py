@@ -1,6 +1,6 @@
 """The local runtime: each worker a plain process of this machine (actors/worker_host.py),
 its messages read from a pipe; no Ray to start or stop. The default on one machine
-(sweep/local_engine.py).
+(sweep/engines/local_engine.py).
 
 Each worker has two threads here: one sends its requests and one reads its messages whole
 onto a queue the driver polls, so the driver never blocks on the pipe of a worker that
@@ -36,7 +36,7 @@ from actors.worker import (
     TrialStarted,
     WorkerSettings,
 )
-from sweep.runtime import (
+from sweep.engines.runtime import (
     BatchBegan,
     BatchDone,
     Event,
@@ -100,7 +100,7 @@ class LocalRuntime:
                                                             "for it", init_failed=True))
                 return
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        else:  # a launcher begun early for the interpreter's worker (sweep/prestart.py)
+        else:  # a launcher begun early for the interpreter's worker (sweep/engines/prestart.py)
             key = next((k for k in self.settings.prestarted if k.startswith("cpu")
                         and k not in self._adopted), None)
             if key is not None:

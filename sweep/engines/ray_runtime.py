@@ -40,7 +40,7 @@ from actors.worker import (
     WorkerError,
     WorkerSettings,
 )
-from sweep.runtime import (
+from sweep.engines.runtime import (
     BatchBegan,
     BatchDone,
     ClusterLost,

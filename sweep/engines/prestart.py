@@ -36,7 +36,7 @@ from typing import IO, Any
 from actors import child
 from actors.compile_pool import CompileLimit, CompilePool
 from actors.worker import WorkerSettings, launcher_payload
-from sweep.machine import visible_gpus
+from sweep.engines.machine import visible_gpus
 
 # Configs given to the early pool, per compile process: more than it gets through while Ray
 # starts (seconds; a compile takes about half a second); the workers' pools do the rest.

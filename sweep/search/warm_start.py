@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from storage import cache
 from storage.readback import is_regular, scalar
-from sweep.space import Space
 from sweep.spec import Spec
+from sweep.spec.space import Space
 
 # How far apart two problems are when a key differs in other than size: further than
 # any size ratio a user would call near (2**4 = 16 times).

@@ -1,5 +1,5 @@
-"""The local engine: a run's workers as processes of this machine (sweep/local_runtime.py),
-placed by what the machine has (sweep/machine.py); nothing to start or to shut down."""
+"""The local engine: a run's workers as processes of this machine (sweep/engines/local_runtime.py),
+placed by what the machine has (sweep/engines/machine.py); nothing to start or to shut down."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 from actors.worker import WorkerSettings
 from storage.cache import library_versions
-from sweep import machine
-from sweep.local_runtime import LocalRuntime
-from sweep.placement import kinds_for
-from sweep.runtime import Placement
+from sweep.engines import machine
+from sweep.engines.local_runtime import LocalRuntime
+from sweep.engines.placement import kinds_for
+from sweep.engines.runtime import Placement
 from sweep.spec import Spec, SpecError
 
 
 class LocalEngine:
-    """Workers as processes of this machine, placed by what it has (sweep/machine.py)."""
+    """Workers as processes of this machine, placed by what it has (sweep/engines/machine.py)."""
 
     name = "local"
 

@@ -1,8 +1,8 @@
 """The seam between the driver's rules and the machinery that runs workers.
 
-The driver (sweep/driver.py) decides what runs where, what a death or a silence means and
+The driver (sweep/run/driver.py) decides what runs where, what a death or a silence means and
 when to give up; a Runtime starts workers, hands them batches, reports what happened as
-events and kills them. sweep/ray_runtime.py is the real one (Ray actors); the tests drive
+events and kills them. sweep/engines/ray_runtime.py is the real one (Ray actors); the tests drive
 the same rules through an in-process runtime with a clock they control
 (tests/fake_runtime.py), so fault paths are tested deterministically in milliseconds.
 
@@ -175,15 +175,16 @@ class Runtime(Protocol):
 
 class Engine(Protocol):
     """Where a run's workers live and what they may use: this machine's own processes
-    (sweep/local_runtime.py) or a Ray cluster (sweep/ray_engine.py). A session is handed
-    one, as Ray Tune's controller is handed its resource manager, and asks it in turn:
-    connect, the backend and placement it allows, then a Runtime for the driver."""
+    (sweep/engines/local_runtime.py) or a Ray cluster (sweep/engines/ray_engine.py). A
+    session is handed one, as Ray Tune's controller is handed its resource manager, and
+    asks it in turn: connect, the backend and placement it allows, then a Runtime for the
+    driver."""
 
     name: str  # "local" | "ray": what the run's first lines and its timeline say
 
     def on_this_machine(self) -> bool:
         """Whether every worker runs on this machine: work can begin before the engine is
-        up (sweep/prestart.py), and this machine alone names the devices."""
+        up (sweep/engines/prestart.py), and this machine alone names the devices."""
 
     def connect(self, stop_requested: Callable[[], bool], say: Callable[[str], None]) -> None:
         """Make the engine ready (join or start Ray); ConnectAbandoned once stop_requested()

@@ -16,7 +16,7 @@ import numpy as np
 
 from actors.compile_pool import CompileLimit, compile_weight
 from storage.records import TrialRecord
-from sweep.space import Space
+from sweep.spec.space import Space
 
 # Adaptive limit: once MIN_COMPILES compiles have ended, a compile may take FACTOR times
 # the run's p90, but never less than FLOOR_S nor more than the fixed limit. A "compile" of

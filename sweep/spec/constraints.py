@@ -38,7 +38,7 @@ Value = Any  # a column (numpy array) or a scalar: np.float64, np.bool_ or str
 Evaluator = Callable[[Columns], Value]
 
 NUMBER, STRING, BOOLEAN = "number", "string", "boolean"
-# The kind of a parameter whose values have this Python type (sweep.space.value_kind).
+# The kind of a parameter whose values have this Python type (sweep.spec.space.value_kind).
 KIND_OF_TYPE: dict[type, str] = {bool: BOOLEAN, int: NUMBER, float: NUMBER, str: STRING}
 NUMERIC = (NUMBER, BOOLEAN)
 

@@ -1,0 +1,1 @@
+"""Where workers run: this machine's processes or a Ray cluster, behind one seam (runtime.py)."""

@@ -1,0 +1,1 @@
+"""What a run has found so far: its running totals and best."""

@@ -1,0 +1,1 @@
+"""One invocation of a sweep: the session's steps, the driver loop, the run directory, signals."""
