@@ -25,10 +25,7 @@ from typing import Any
 from actors.compile_pool import Compiled, CompileLimit
 from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
-
-# The columns of a trial table (storage/records.py) that replay reads.
-REPLAY_COLUMNS = ("config", "status", "validation", "latency_ms", "latency_p20_ms",
-                  "latency_p80_ms", "error", "compile_ms", "started_at", "finished_at")
+from storage.schema import REPLAY_COLUMNS
 
 
 @dataclass(frozen=True)

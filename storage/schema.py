@@ -15,6 +15,11 @@ import pyarrow as pa
 
 from storage.records import TrialRecord
 
+# The columns of a trial table that the replay backend reads (actors/replay.py), and that
+# a spec's replayed table must have.
+REPLAY_COLUMNS = ("config", "status", "validation", "latency_ms", "latency_p20_ms",
+                  "latency_p80_ms", "error", "compile_ms", "started_at", "finished_at")
+
 # Python type of a field -> its column type. A config (dict) is stored as canonical JSON.
 _ARROW_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(), float: pa.float64(), str: pa.string(), dict: pa.string(),

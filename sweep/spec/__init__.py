@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from actors.replay import REPLAY_COLUMNS
 from storage.readback import ReadBackError, read_small
 from storage.records import TABLE_COLUMNS, canonical_json
+from storage.schema import REPLAY_COLUMNS
 from sweep.spec.constraints import (
     Constraint,
     ConstraintError,
