@@ -37,6 +37,7 @@ from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
 from actors import child
+from actors.protocol import CompileLimit
 
 # In the fork server and its children: torch.cuda.is_available() asks NVML rather than
 # CUDA, which once initialised does not survive a fork (torch's "poison fork").
@@ -56,32 +57,6 @@ class Compiled:
     compile_ms: float | None
     error: str | None = None
     timed_out: bool = False
-
-
-@dataclass(frozen=True)
-class CompileLimit:
-    """How long one compile may take: a fixed limit (run.compile_timeout_s, or the trial
-    timeout), or one the driver derived from this run's own compile times."""
-
-    seconds: float
-    p90_s: float | None = None  # the run's p90 it was derived from
-
-    def why(self, elapsed_s: float) -> str:
-        if self.p90_s is None:
-            return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
-        return (f"compile {elapsed_s:.0f} s, {elapsed_s / self.p90_s:.0f}x this run's p90 of "
-                f"{self.p90_s:.2g} s: stopped at the run's adaptive limit of "
-                f"{self.seconds:.0f} s (set run.compile_timeout_s to change it)")
-
-
-def compile_weight(config: Mapping[str, Any]) -> float:
-    """How slow a config is likely to compile: the product of its integer parameters
-    (tile sizes, warps, stages). Only the order matters."""
-    weight = 1.0
-    for value in config.values():
-        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-            weight *= value
-    return weight
 
 
 class Compiler(Protocol):

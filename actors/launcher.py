@@ -20,7 +20,7 @@ from typing import Any
 
 from actors import child
 from actors.compile_pool import Compiled
-from actors.timing import Retimed
+from actors.protocol import Retimed
 from storage.records import TrialOutcome, clip_error
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.compile_pool import Compiled, CompileLimit
-from actors.timing import Retimed, Timing
+from actors.compile_pool import Compiled
+from actors.protocol import CompileLimit, Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
 from storage.schema import REPLAY_COLUMNS
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.timing import Retimed, Timing
+from actors.protocol import Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
 
 

@@ -6,28 +6,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    p20_ms: float
-    p80_ms: float
-
-
-@dataclass(frozen=True)
-class Retimed:
-    """The finalists re-timed side by side, in the order given, and torch's way of doing
-    the same job timed in the same rotation where the backend runs kernels (None
-    elsewhere, or when it failed): the baseline a user compares the winner against.
-    baseline_of: the kernel's function that was timed, "baseline" or (a kernel without
-    one) "reference"."""
-
-    finalists: list[Timing]
-    baseline: Timing | None = None
-    baseline_of: str = "baseline"
-
+from actors.protocol import Timing
 
 # Below this the launch overhead is a large share of what do_bench measures: replay a
 # CUDA graph instead, which launches back to back from the GPU's own queue.

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.compile_pool import Compiled
-from actors.timing import Retimed, Timing, summarise, time_cuda, time_wall
+from actors.protocol import Retimed, Timing
+from actors.timing import summarise, time_cuda, time_wall
 from storage.records import Status, TrialOutcome, Validation, clip_error
 from sweep_kernels import Kernel
 

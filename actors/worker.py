@@ -26,59 +26,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors.backends import traits
 from actors.child import error_line
-from actors.compile_pool import Compiled, CompileLimit, Compiler, compile_weight
-from actors.timing import Retimed
+from actors.compile_pool import Compiled, Compiler
+from actors.protocol import (
+    Batch,
+    BatchStarted,
+    CompileLimit,
+    Finished,
+    Note,
+    Retimed,
+    TrialStarted,
+    WorkerFailed,
+    WorkerMessage,
+    WorkerSettings,
+    compile_weight,
+)
 from storage.lines import encode
 from storage.records import TrialOutcome, TrialRecord
-
-
-@dataclass(frozen=True)
-class BatchStarted:
-    """The worker began a batch: one of its trials is running."""
-
-
-@dataclass(frozen=True)
-class TrialStarted:
-    """The trial `index` began on the device; `ordinal` counts the trials this worker began
-    before it, so that the driver can tell the latest start when a worker's streams are
-    read out of order."""
-
-    index: int
-    ordinal: int
-    ahead: bool = False  # compiled ahead by the pool (its processes are up), not inline
-
-
-@dataclass(frozen=True)
-class Note:
-    """Something the user should know about the worker that is no trial's outcome (its
-    compile pool fell back, or is down, and why); said once."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    """Records of trials that finished one after another, and their journal lines, encoded
-    here when the worker knows the run (WorkerSettings.run): encoding is most of the
-    driver's cost per trial otherwise. Pickled as plain values, for the same reason."""
-
-    records: tuple[TrialRecord, ...]
-    lines: tuple[bytes | None, ...]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _finished, ([r.values() for r in self.records], self.lines)
-
-
-def _finished(values: list[tuple[Any, ...]], lines: tuple[bytes | None, ...]) -> Finished:
-    return Finished(tuple(map(TrialRecord.from_values, values)), lines)
-
-
-@dataclass(frozen=True)
-class WorkerFailed:
-    """The runner thread raised (a bug): the batch's stream ends in this error."""
-
-    text: str
 
 
 class WorkerError(RuntimeError):
@@ -86,7 +51,6 @@ class WorkerError(RuntimeError):
     runner's exception as one line."""
 
 
-WorkerMessage = BatchStarted | TrialStarted | Note | Finished
 MAX_CHUNK = 4096  # messages a batch's stream sends at once
 # Before its pool is up, a worker holding only heavy configs waits this long for it, then
 # compiles one itself (a pool slow to start must not leave the device idle for ever).
@@ -103,40 +67,6 @@ class Backend(Protocol):
                   compiled: Compiled | None = None) -> TrialOutcome: ...
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed: ...
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What TrialWorker.run gets. One object, so Ray pickles it whole: given a list, Ray's
-    msgpack walks every trial in Python, a cost per trial the driver pays."""
-
-    number: int
-    trials: list[tuple[int, dict[str, Any], int]]  # index, config, attempt
-    ahead: Sequence[tuple[int, dict[str, Any]]] = ()
-    limit: CompileLimit | None = None
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything a worker needs to build its backend; plain data, so Ray ships it cheaply."""
-
-    backend: str  # cuda | interpret | simulate | replay
-    kernel: str
-    problem: Mapping[str, Any]
-    trial_timing: tuple[float, float]  # (warmup_ms, rep_ms) of each config's timing
-    finalist_timing: tuple[float, float]  # and of the finalists' re-timing
-    tolerance: tuple[float, float] | None
-    seed: int
-    simulate: Mapping[str, Any]
-    compile_workers: int = 0  # processes compiling ahead of the GPU (cuda, replay)
-    compile_timeout_s: float = 60.0  # the fixed limit until the driver sends another
-    kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
-    replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
-    # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
-    prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
-    run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
-    # Keyword arguments passed on every launch and compile besides the config's.
-    fixed: dict[str, Any] = field(default_factory=dict)
 
 
 def make_backend(settings: WorkerSettings, kind: str = "") -> Backend:
@@ -160,7 +90,7 @@ def launcher_payload(settings: WorkerSettings) -> str:
     """The options of the process that launches kernels (actors/launcher.py)."""
     return json.dumps({
         "kernel": settings.kernel, "kernel_path": settings.kernel_path,
-        "problem": dict(settings.problem), "interpret": settings.backend == "interpret",
+        "problem": dict(settings.problem), "interpret": traits(settings.backend).interpreted,
         "trial_timing": settings.trial_timing, "finalist_timing": settings.finalist_timing,
         "tolerance": settings.tolerance, "seed": settings.seed, "fixed": dict(settings.fixed)})
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from actors import child
 from actors.child import error_line
-from actors.worker import Batch, TrialWorker, WorkerError, WorkerSettings
+from actors.protocol import Batch, WorkerSettings
+from actors.worker import TrialWorker, WorkerError
 
 # Threads serving requests: a batch holds one until its every trial is reported, and the
 # driver keeps a few batches in flight per worker, besides info() and re-timing.

@@ -31,27 +31,26 @@ line), DIR/runs.tar.gz (the run directories), DIR/third_party-DATE.json and the 
 under --results (default benchmarks/results). Names: liger_rms, liger_layer_norm,
 fla_chunk_o. Without a GPU, --smoke runs every step on tiny float32 problems under
 Triton's interpreter (timed by the wall clock), to check this script.
+
+This module is the driver: the command line, each kernel from its sweep to its comparison,
+and the result file. The kernels and targets are in third_party_cases.py, running a
+command in third_party_command.py, reading a run directory in third_party_rundir.py, the
+comparison in third_party_compare.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
-import re
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -59,410 +58,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-HERE = ROOT / "benchmarks" / "third_party"  # the kernel modules and specs; sweeps run here
 sys.path.insert(0, str(ROOT))
 
-TARGET_COMMAND_S = 60.0
-TARGET_SPEEDUP = 1.5
-STOP_GRACE_S = 60.0  # after SIGINT, before SIGKILL, for a command past its time limit
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str  # the kernel module in benchmarks/third_party/, and its log's name
-    spec: str  # its spec there
-    package: str  # the distribution it comes from
-    budget_s: float  # --time-budget of its sweep
-    own: str  # the package_launches entry that is "the package's own launch config"
-    smoke: dict[str, Any] = field(default_factory=dict)  # spec keys replaced for --smoke
-
-
-CASES = (
-    Case("liger_rms", "liger-rms-324.yaml", "liger-kernel", 150, "liger", smoke={
-        "problem": {"n_rows": 8, "n_cols": 64, "dtype": "float32"},
-        "space": {"BLOCK_SIZE": [32, 64, 128], "BLOCK_ROW": [1, 4], "num_warps": [4],
-                  "num_stages": [1]}}),
-    Case("liger_layer_norm", "liger-layer-norm.yaml", "liger-kernel", 90, "liger", smoke={
-        "problem": {"n_rows": 8, "n_cols": 64, "dtype": "float32"},
-        "space": {"BLOCK_SIZE": [32, 64, 128], "num_warps": [1, 4], "num_stages": [1]}}),
-    Case("fla_chunk_o", "fla-chunk-o.yaml", "fla-core", 120, "fla", smoke={
-        "problem": {"B": 1, "T": 40, "H": 1, "HV": 2, "K": 32, "V": 48, "chunk_size": 16,
-                    "dtype": "float32"},
-        "fixed": {"H": 1, "HV": 2, "K": 32, "V": 48, "BT": 16},
-        "space": {"BK": [16, 32], "BV": [16, 32, 64], "num_warps": [2],
-                  "num_stages": [1, 2]}}),
-)
-
-
-# -- running a command as a user does ------------------------------------------------------
-
-class Log:
-    """One kernel's log under --out: every line of its commands as it comes, so a call
-    killed at its time limit keeps what it did."""
-
-    def __init__(self, path: Path) -> None:
-        self.file = path.open("a", buffering=1)
-        self.lock = threading.Lock()
-
-    def write(self, text: str) -> None:
-        with self.lock:
-            self.file.write(text if text.endswith("\n") else text + "\n")
-            self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def run_command(argv: Sequence[str], log: Log, env: dict[str, str], timeout_s: float,
-                cwd: Path = HERE) -> dict[str, Any]:
-    """argv from launch to exit: its wall clock, exit code and lines (also to the log,
-    each marked with its stream and seconds since launch). Past timeout_s it gets SIGINT
-    (a sweep then stops resumably, writing everything), then SIGKILL."""
-    log.write(f"==== {time.strftime('%H:%M:%S')} {' '.join(map(str, argv))}")
-    launched, t0 = time.time(), time.monotonic()
-    proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, text=True, bufsize=1,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
-
-    def pump(stream: Any, name: str) -> None:
-        for line in stream:
-            line = line.rstrip("\n")
-            lines[name].append(line)
-            log.write(f"[{time.monotonic() - t0:7.1f} s {name[3:]}] {line}")
-
-    pumps = [threading.Thread(target=pump, args=(proc.stdout, "stdout"), daemon=True),
-             threading.Thread(target=pump, args=(proc.stderr, "stderr"), daemon=True)]
-    for p in pumps:
-        p.start()
-    stopped = None
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stopped = "SIGINT"
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)  # the group this call started for it
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            stopped = "SIGKILL"
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    exited = time.monotonic()
-    for p in pumps:
-        p.join(timeout=10)
-    log.write(f"==== exit {proc.returncode} after {exited - t0:.1f} s"
-              + (f" (stopped by this script: {stopped})" if stopped else ""))
-    return {"argv": [str(a) for a in argv], "rc": proc.returncode, "command_s": exited - t0,
-            "launched_at": launched, "stopped_by_benchmark": stopped,
-            "stdout": lines["stdout"], "stderr": lines["stderr"]}
-
-
-def sweep_env(cache: Path, sweep_cache: Path, smoke: bool) -> dict[str, str]:
-    """The caller's environment (PYTHONPATH with the packages' wheels, say) plus an empty
-    Triton cache of the sweep's own, a best-config cache apart from the user's, and this
-    checkout importable for `python -m sweep` wherever it is not installed."""
-    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "SWEEP_CACHE_DIR": str(sweep_cache),
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([*path, str(ROOT)])}
-    if smoke:
-        env["TRITON_INTERPRET"] = "1"
-    return env
-
-
-# -- reading a run directory ---------------------------------------------------------------
-
-def quantiles(values: Sequence[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    v = sorted(values)
-
-    def at(q: float) -> float:
-        return v[min(len(v) - 1, round(q * (len(v) - 1)))]
-
-    return {"n": len(v), "min": v[0], "p10": at(0.1), "p50": at(0.5), "p90": at(0.9),
-            "p99": at(0.99), "max": v[-1], "mean": statistics.fmean(v)}
-
-
-def compile_limited(row: dict[str, Any]) -> bool:
-    return row["status"] == "timeout" and (row["error"] or "").startswith("compile")
-
-
-def neighbours(config: dict[str, Any], ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ok rows whose config differs from config in exactly one parameter."""
-    return [r for r in ok
-            if sum(r["params"].get(k) != v for k, v in config.items()) == 1]
-
-
-def read_run(run_dir: Path, command: dict[str, Any]) -> dict[str, Any]:
-    """What DIR says of the run, with the command's wall clock and stderr."""
-    import pyarrow.parquet as pq
-
-    out: dict[str, Any] = {"run_dir": str(run_dir)}
-    snap_path = run_dir / "snapshot.json"
-    if snap_path.exists():
-        snap = json.loads(snap_path.read_text())["snapshot"]
-        launched = command["launched_at"]
-        out.update(state=snap["state"], total=snap["total"], done=snap["done"],
-                   snapshot_counts=snap["counts"],
-                   timeline_s={k: round(v - launched, 3) for k, v in
-                               sorted(snap["timeline"].items(), key=lambda kv: kv[1])},
-                   table_written_s=snap["written_at"] - launched)
-    if (run_dir / "best.json").exists():
-        best = json.loads((run_dir / "best.json").read_text())
-        out["best"] = {k: best.get(k) for k in ("index", "config", "latency_ms", "device",
-                                                "partial", "finalists", "baseline")}
-    rows: list[dict[str, Any]] = []
-    if (run_dir / "trials.parquet").exists():
-        rows = pq.read_table(run_dir / "trials.parquet").to_pylist()
-    for r in rows:
-        r["params"] = json.loads(r["config"])
-    ran = [r for r in rows if r["status"] != "pruned"]
-    counts: dict[str, int] = {}
-    for r in ran:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    out["counts"] = counts
-    out["trials"] = len(ran)
-    out["trials_per_s"] = len(ran) / command["command_s"] if command["command_s"] else None
-    if ran:
-        span = (max(r["finished_at"] for r in ran) - min(r["started_at"] for r in ran))
-        span_s = span.total_seconds()
-        out["trials_span_s"] = span_s
-        out["trials_per_s_in_span"] = len(ran) / span_s if span_s > 0 else None
-    out["retried_rows"] = [{"index": r["index"], "attempt": r["attempt"],
-                            "status": r["status"]} for r in ran if r["attempt"] > 1]
-
-    # Worker deaths, as the run recorded them and as the user saw them.
-    died = []
-    if (run_dir / "attempts.jsonl").exists():
-        for line in (run_dir / "attempts.jsonl").read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                entry = json.loads(line)
-                if entry.get("event") == "died":
-                    died.append({k: entry.get(k) for k in ("index", "attempt", "why")})
-    stderr = command["stderr"]
-    out["deaths"] = {
-        "attempts_died": died,
-        "stderr_died_running_trial": [x for x in stderr if "died running trial" in x],
-        "stderr_died_while_starting": [x for x in stderr if "died while starting" in x],
-        "stderr_no_progress": [x for x in stderr if "made no progress" in x],
-    }
-    out["deaths"]["count"] = max(len(died), len(out["deaths"]["stderr_died_running_trial"]))
-
-    # Timeouts, and what the compile limit stopped against the compiles it let through.
-    ok = [r for r in ran if r["status"] == "ok"]
-    best_ok = min((r["latency_ms"] for r in ok), default=None)
-    limited = [r for r in ran if compile_limited(r)]
-    others = [r for r in ran if r["compile_ms"] is not None and not compile_limited(r)]
-    limits = []  # the adaptive limit moves as compiles end: each one it stopped at
-    for r in limited:
-        m = re.search(r"limit of ([\d.]+) s", r["error"] or "")
-        p90 = re.search(r"p90 of ([\d.e+-]+) s", r["error"] or "")
-        seen = {"limit_s": float(m.group(1)) if m else None,
-                "p90_s": float(p90.group(1)) if p90 else None}
-        if seen not in limits:
-            limits.append(seen)
-    stopped = []
-    for r in limited:
-        near = neighbours(r["params"], ok)
-        fastest = min(near, key=lambda n: n["latency_ms"]) if near else None
-        stopped.append({
-            "index": r["index"], "config": r["params"], "compile_ms": r["compile_ms"],
-            "error": (r["error"] or "")[:300], "neighbours_ok": len(near),
-            "fastest_neighbour": None if fastest is None else {
-                "index": fastest["index"], "config": fastest["params"],
-                "latency_ms": fastest["latency_ms"],
-                "vs_best": fastest["latency_ms"] / best_ok if best_ok else None}})
-    ok_latency = [r["latency_ms"] for r in ok]
-    out["timeouts"] = {
-        "total": counts.get("timeout", 0),
-        "compile_limited": stopped,
-        "other": [{"index": r["index"], "config": r["params"], "error": (r["error"] or "")[:300]}
-                  for r in ran if r["status"] == "timeout" and not compile_limited(r)],
-        "limits": limits,
-        # Were they slow ones? How the fastest ok config one parameter away from each ran,
-        # against the best of the run (1.0: as fast as the best).
-        "fastest_neighbour_vs_best": quantiles([x["fastest_neighbour"]["vs_best"]
-                                                for x in stopped if x["fastest_neighbour"]]),
-        "compile_ms_of_the_rest": quantiles([r["compile_ms"] for r in others]),
-        # Compiles under 50 ms found their binary in Triton's cache (README: Compile limit).
-        "compile_ms_of_the_rest_over_50ms": quantiles([r["compile_ms"] for r in others
-                                                       if r["compile_ms"] >= 50]),
-        "ok_latency_ms": quantiles(ok_latency),
-        "ok_best_latency_ms": best_ok,
-    }
-    out["statuses_by_parameter"] = by_parameter(ran)
-    out["errors_sample"] = sorted({(r["error"] or "")[:160] for r in ran if r["error"]})[:8]
-    out["rows"] = [{k: r[k] for k in ("index", "status", "latency_ms", "compile_ms",
-                                       "attempt", "worker")} | {"config": r["params"]}
-                   for r in rows]
-    return out
-
-
-def by_parameter(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per parameter value: the statuses, and the best ok latency."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        for k, v in r["params"].items():
-            cell = out.setdefault(k, {}).setdefault(str(v), {"best_ms": None})
-            cell[r["status"]] = cell.get(r["status"], 0) + 1
-            if r["status"] == "ok" and (cell["best_ms"] is None
-                                        or r["latency_ms"] < cell["best_ms"]):
-                cell["best_ms"] = r["latency_ms"]
-    return out
-
-
-def retried(run_dir: Path, indices: list[int], first_best_ms: float | None) -> dict[str, Any]:
-    """After `sweep resume --retry timeout`: how the configs the compile limit stopped
-    fared when compiled after all, against the first pass's best."""
-    import pyarrow.parquet as pq
-
-    rows = {r["index"]: r for r in pq.read_table(run_dir / "trials.parquet").to_pylist()}
-    ok_ms = sorted(r["latency_ms"] for r in rows.values() if r["status"] == "ok")
-    out = []
-    for i in indices:
-        r = rows[i]
-        ms = r["latency_ms"]
-        out.append({"index": i, "config": json.loads(r["config"]), "status": r["status"],
-                    "attempt": r["attempt"], "compile_ms": r["compile_ms"], "latency_ms": ms,
-                    "vs_first_best": ms / first_best_ms if ms and first_best_ms else None,
-                    "rank_among_ok": ok_ms.index(ms) + 1 if ms in ok_ms else None,
-                    "error": (r["error"] or "")[:300]})
-    done = [o for o in out if o["status"] == "ok"]
-    return {"configs": out, "ok": len(done), "of": len(out),
-            "fastest_vs_first_best": min((o["vs_first_best"] for o in done), default=None),
-            "ok_total_after": len(ok_ms)}
-
-
-# -- the pick against the package's own launches (in a process of its own) ---------------
-
-def compare(case: Case, run_dir: Path, picks: dict[str, Path], rounds: int,
-            smoke: bool) -> dict[str, Any]:
-    """Validate, then time interleaved: each pick (a best.json) and the package's own
-    launches, on one set of inputs, in this process."""
-    if smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, str(HERE))
-    import torch
-
-    from actors.triton_backend import outputs
-    from sweep.spec import load_spec
-
-    if smoke:
-        from check_cpu import interpretable_liger  # the interpreter's stand-ins, see there
-
-        interpretable_liger()
-    module = importlib.import_module(case.name)
-    kernel = module.KERNEL
-    spec = load_spec(run_dir / "spec.yaml")
-    problem, fixed = dict(spec.problem), dict(spec.fixed)
-    tol = spec.validation
-    rtol, atol = (tol.rtol, tol.atol) if tol else (0.01, 0.01)
-    if hasattr(module, "check_fixed") and module.check_fixed(problem, fixed):
-        raise SystemExit(f"spec and problem disagree: {module.check_fixed(problem, fixed)}")
-    device = "cpu" if smoke else "cuda"
-    if smoke and case.name == "fla_chunk_o":
-        # fla's autotuner benchmarks its configs, which needs a GPU: held to one here.
-        module.DECORATED.fn.configs = module.DECORATED.fn.configs[-1:]
-    inputs = kernel.make_inputs(problem, device, 0)
-    expected = outputs(kernel.reference(inputs, problem))
-
-    Candidate = tuple[Callable[[], None], dict[str, Any], Callable[[], tuple[Any, ...]]]
-    candidates: dict[str, Candidate] = {}
-    for name, path in picks.items():
-        best = json.loads(path.read_text())
-        if best.get("config") is None:
-            continue
-        config = dict(best["config"])
-        args, out = kernel.launch_args(inputs, problem)
-        keywords = {**fixed, **config}
-        grid = kernel.grid(problem, keywords)
-
-        def launch(args: Any = args, keywords: dict = keywords, grid: Any = grid) -> None:
-            kernel.fn[grid](*args, **keywords)
-
-        candidates[name] = (launch, {"index": best.get("index"), **config},
-                            lambda out=out: outputs(out))
-    candidates.update(module.package_launches(inputs, problem))
-    if kernel.baseline is not None:
-        held: list[Any] = []
-
-        def torch_own() -> None:
-            held[:] = [kernel.baseline(inputs, problem)]
-
-        candidates["torch"] = (torch_own, {"of": "the kernel's baseline"}, lambda: tuple(held))
-
-    sync = torch.cuda.synchronize if not smoke else (lambda: None)
-    checked: dict[str, dict[str, Any]] = {}
-    for name, (launch, config, filled) in candidates.items():
-        entry: dict[str, Any] = {"config": config}
-        try:
-            for t in filled():
-                t.fill_(float("nan"))  # so an output never written cannot pass
-            launch()
-            sync()
-            got = filled()
-            want = expected[:len(got)]
-            entry["max_abs_error"] = [(a.float() - b.float()).abs().max().item()
-                                      for a, b in zip(got, want)]
-            entry["valid"] = len(got) > 0 and all(
-                torch.allclose(a.float(), b.float(), rtol=rtol, atol=atol)
-                for a, b in zip(got, want))
-        except Exception as e:
-            entry["valid"] = False
-            entry["error"] = f"{type(e).__name__}: {str(e)[:500]}"
-        checked[name] = entry
-        print(f"{name}: valid={entry['valid']} {config} {entry.get('max_abs_error')}"
-              f" {entry.get('error', '')}", flush=True)
-
-    timed = [n for n in candidates if checked[n]["valid"]]
-    samples: dict[str, list[float]] = {n: [] for n in timed}
-    if smoke:
-        from actors.timing import time_wall
-
-        def bench(fn: Callable[[], None]) -> float:
-            return time_wall(fn, 1.0, 5.0, max_reps=3).median_ms
-    else:
-        import triton.testing
-
-        def bench(fn: Callable[[], None]) -> float:
-            return float(triton.testing.do_bench(fn, warmup=25, rep=100,
-                                                 return_mode="median"))
-    for _ in range(rounds):
-        for n in timed:  # A B C A B C ...: drift and heat fall on all alike
-            samples[n].append(bench(candidates[n][0]))
-    medians = {n: statistics.median(v) for n, v in samples.items()}
-    for n in timed:
-        checked[n].update(rounds_ms=samples[n], median_ms=medians[n])
-        if kernel.bytes_moved:
-            checked[n]["gb_per_s"] = kernel.bytes_moved(problem) / medians[n] / 1e6
-        if kernel.flops:
-            checked[n]["tflop_per_s"] = kernel.flops(problem) / medians[n] / 1e9
-    speedups = {p: {n: medians[n] / medians[p] for n in timed if n not in picks}
-                for p in picks if p in medians}
-    return {"problem": problem, "fixed": fixed, "tolerance": [rtol, atol], "rounds": rounds,
-            "timing": "wall clock (interpreter)" if smoke else
-            "triton.testing.do_bench(warmup=25, rep=100), median; median over rounds",
-            "device": "cpu-interpreter" if smoke else torch.cuda.get_device_name(0),
-            "torch": torch.__version__, "candidates": checked, "speedup_of_pick": speedups,
-            "own": case.own}
-
+from benchmarks.third_party_cases import CASES, Case, spec_for, targets  # noqa: E402
+from benchmarks.third_party_command import Log, run_command, sweep_env  # noqa: E402
+from benchmarks.third_party_compare import compare  # noqa: E402
+from benchmarks.third_party_rundir import read_run, retried  # noqa: E402
 
 # -- one kernel, start to end --------------------------------------------------------------
-
-def spec_for(case: Case, tmp: Path, smoke: bool) -> Path:
-    if not smoke:
-        return HERE / case.spec
-    spec = yaml.safe_load((HERE / case.spec).read_text())
-    spec.update(case.smoke)
-    spec["name"] = f"{spec['name']}-smoke"
-    spec["run"] = {**spec.get("run", {}), "backend": "interpret"}
-    path = tmp / f"{case.name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
 
 def run_case(case: Case, args: argparse.Namespace, tmp: Path, left: Callable[[], float],
              later: int, save: Callable[[], None], entry: dict[str, Any]) -> None:
@@ -470,8 +73,7 @@ def run_case(case: Case, args: argparse.Namespace, tmp: Path, left: Callable[[],
     log = Log(args.out / f"{case.name}.log")
     try:
         run_dir = tmp / "runs" / case.name
-        cache = tmp / f"triton-cache-{case.name}"
-        env = sweep_env(cache, tmp / "sweep-cache", args.smoke)
+        env = sweep_env(tmp / f"triton-cache-{case.name}", tmp / "sweep-cache", args.smoke)
         spec = spec_for(case, tmp, args.smoke)
         entry["spec"] = yaml.safe_load(spec.read_text())
         reserve = 75.0 * later + 60.0  # for the cases after this, and this one's comparison
@@ -479,76 +81,104 @@ def run_case(case: Case, args: argparse.Namespace, tmp: Path, left: Callable[[],
         if budget < 30:
             entry["skipped"] = f"deadline: {left():.0f} s left"
             return
-        command = run_command([sys.executable, "-m", "sweep", "run", spec, "--out", run_dir,
-                               "--force", "--time-budget", f"{budget:.0f}"],
-                              log, env, timeout_s=budget + 90)
-        entry["sweep"] = {k: v for k, v in command.items() if k not in ("stdout", "stderr")}
-        entry["sweep"]["time_budget_s"] = budget
-        entry["sweep"]["summary"] = command["stdout"][-40:]
-        entry["sweep"]["stderr_tail"] = command["stderr"][-40:]
-        entry["run"] = read_run(run_dir, command)
-        print(f"{case.name}: sweep {command['command_s']:.1f} s rc {command['rc']} "
-              f"{entry['run'].get('state')} {entry['run']['counts']} "
-              f"deaths {entry['run']['deaths']['count']} "
-              f"compile-limited {len(entry['run']['timeouts']['compile_limited'])}", flush=True)
+        first_pass(case, spec, run_dir, budget, log, env, entry)
         save()
-        picks: dict[str, Path] = {}
-        if (run_dir / "best.json").exists():
-            picks["pick"] = run_dir / "best-first-pass.json"
-            shutil.copy(run_dir / "best.json", picks["pick"])
-        if args.smoke and picks and not json.loads(picks["pick"].read_text()).get("config"):
-            # Nothing worked under the interpreter (Liger's kernels cannot run there): a
-            # stand-in pick, so that the comparison's own path is still exercised.
-            last = entry["run"]["rows"][-1]  # the largest tiles: valid in these spaces
-            picks["pick"].write_text(json.dumps({"config": last["config"],
-                                                 "index": last["index"], "stand_in": True}))
-            entry["smoke_stand_in_pick"] = last["config"]
-
-        limited = [r["index"] for r in entry["run"]["timeouts"]["compile_limited"]]
+        picks = first_picks(run_dir, entry, args.smoke)
         retry_budget = min(120.0, left() - reserve - 30.0)
-        if limited and args.retry and retry_budget >= 45:
-            again = run_command([sys.executable, "-m", "sweep", "resume", run_dir, "--retry",
-                                 "timeout", "--time-budget", f"{retry_budget:.0f}"],
-                                log, env, timeout_s=retry_budget + 90)
-            entry["retry"] = {k: v for k, v in again.items() if k not in ("stdout", "stderr")}
-            entry["retry"]["summary"] = again["stdout"][-30:]
-            entry["retry"]["stderr_tail"] = again["stderr"][-30:]
-            entry["retry"]["deaths_stderr"] = [x for x in again["stderr"] if "died" in x]
-            entry["retry"]["compile_limited"] = retried(
-                run_dir, limited, entry["run"]["timeouts"]["ok_best_latency_ms"])
-            after = json.loads((run_dir / "best.json").read_text())
-            entry["retry"]["best_after"] = {k: after.get(k) for k in
-                                            ("index", "config", "latency_ms")}
-            if after.get("index") != entry["run"].get("best", {}).get("index"):
-                picks["retry_pick"] = run_dir / "best-after-retry.json"
-                shutil.copy(run_dir / "best.json", picks["retry_pick"])
-            print(f"{case.name}: retry {again['command_s']:.1f} s "
-                  f"{entry['retry']['compile_limited']['ok']} of {len(limited)} ok", flush=True)
-            save()
-        elif limited:
-            entry["retry"] = {"skipped": "--no-retry" if not args.retry
-                              else f"deadline: {left():.0f} s left"}
-
+        retry(case, args, run_dir, retry_budget, log, env, entry, picks, left, save)
         if not picks:
             entry["compare"] = {"skipped": "no best.json"}
             return
-        result_path = tmp / f"compare-{case.name}.json"
-        argv = [sys.executable, Path(__file__), "--compare", case.name, "--run", run_dir,
-                "--result", result_path, "--rounds", str(args.rounds)]
-        for name, path in picks.items():
-            argv += ["--pick", f"{name}={path}"]
-        if args.smoke:
-            argv.append("--smoke")
-        done = run_command(argv, log, env, timeout_s=max(60.0, min(240.0, left() - 75.0 * later)),
-                           cwd=ROOT)
-        entry["compare"] = (json.loads(result_path.read_text()) if result_path.exists()
-                            else {"failed": done["rc"], "stderr_tail": done["stderr"][-30:]})
-        entry["compare"]["command_s"] = done["command_s"]
+        timeout_s = max(60.0, min(240.0, left() - 75.0 * later))
+        entry["compare"] = compare_picks(case, args, tmp, run_dir, picks, log, env, timeout_s)
         sp = entry["compare"].get("speedup_of_pick", {}).get("pick", {})
         print(f"{case.name}: pick vs {case.own}: {sp.get(case.own)}; all: {sp}", flush=True)
         save()
     finally:
         log.close()
+
+
+def first_pass(case: Case, spec: Path, run_dir: Path, budget: float, log: Log,
+               env: dict[str, str], entry: dict[str, Any]) -> None:
+    """The whole `sweep run SPEC --out DIR --force` command, and what its run says."""
+    command = run_command([sys.executable, "-m", "sweep", "run", spec, "--out", run_dir,
+                           "--force", "--time-budget", f"{budget:.0f}"],
+                          log, env, timeout_s=budget + 90)
+    entry["sweep"] = {k: v for k, v in command.items() if k not in ("stdout", "stderr")}
+    entry["sweep"]["time_budget_s"] = budget
+    entry["sweep"]["summary"] = command["stdout"][-40:]
+    entry["sweep"]["stderr_tail"] = command["stderr"][-40:]
+    entry["run"] = read_run(run_dir, command)
+    print(f"{case.name}: sweep {command['command_s']:.1f} s rc {command['rc']} "
+          f"{entry['run'].get('state')} {entry['run']['counts']} "
+          f"deaths {entry['run']['deaths']['count']} "
+          f"compile-limited {len(entry['run']['timeouts']['compile_limited'])}", flush=True)
+
+
+def first_picks(run_dir: Path, entry: dict[str, Any], smoke: bool) -> dict[str, Path]:
+    """best.json as the first pass left it (a retry rewrites it), as "pick"."""
+    picks: dict[str, Path] = {}
+    if (run_dir / "best.json").exists():
+        picks["pick"] = run_dir / "best-first-pass.json"
+        shutil.copy(run_dir / "best.json", picks["pick"])
+    if smoke and picks and not json.loads(picks["pick"].read_text()).get("config"):
+        # Nothing worked under the interpreter (Liger's kernels cannot run there): a
+        # stand-in pick, so that the comparison's own path is still exercised.
+        last = entry["run"]["rows"][-1]  # the largest tiles: valid in these spaces
+        picks["pick"].write_text(json.dumps({"config": last["config"],
+                                             "index": last["index"], "stand_in": True}))
+        entry["smoke_stand_in_pick"] = last["config"]
+    return picks
+
+
+def retry(case: Case, args: argparse.Namespace, run_dir: Path, budget: float, log: Log,
+          env: dict[str, str], entry: dict[str, Any], picks: dict[str, Path],
+          left: Callable[[], float], save: Callable[[], None]) -> None:
+    """`sweep resume DIR --retry timeout` where the compile limit stopped configs and time
+    allows; a new best after it becomes "retry_pick"."""
+    limited = [r["index"] for r in entry["run"]["timeouts"]["compile_limited"]]
+    if not limited:
+        return
+    if not args.retry or budget < 45:
+        entry["retry"] = {"skipped": "--no-retry" if not args.retry
+                          else f"deadline: {left():.0f} s left"}
+        return
+    again = run_command([sys.executable, "-m", "sweep", "resume", run_dir, "--retry",
+                         "timeout", "--time-budget", f"{budget:.0f}"],
+                        log, env, timeout_s=budget + 90)
+    entry["retry"] = {k: v for k, v in again.items() if k not in ("stdout", "stderr")}
+    entry["retry"]["summary"] = again["stdout"][-30:]
+    entry["retry"]["stderr_tail"] = again["stderr"][-30:]
+    entry["retry"]["deaths_stderr"] = [x for x in again["stderr"] if "died" in x]
+    entry["retry"]["compile_limited"] = retried(
+        run_dir, limited, entry["run"]["timeouts"]["ok_best_latency_ms"])
+    after = json.loads((run_dir / "best.json").read_text())
+    entry["retry"]["best_after"] = {k: after.get(k) for k in ("index", "config", "latency_ms")}
+    if after.get("index") != entry["run"].get("best", {}).get("index"):
+        picks["retry_pick"] = run_dir / "best-after-retry.json"
+        shutil.copy(run_dir / "best.json", picks["retry_pick"])
+    print(f"{case.name}: retry {again['command_s']:.1f} s "
+          f"{entry['retry']['compile_limited']['ok']} of {len(limited)} ok", flush=True)
+    save()
+
+
+def compare_picks(case: Case, args: argparse.Namespace, tmp: Path, run_dir: Path,
+                  picks: dict[str, Path], log: Log, env: dict[str, str],
+                  timeout_s: float) -> dict[str, Any]:
+    """This script's --compare, in a process of its own (a fresh CUDA context, the
+    package's imports and autotuner apart from this one); its result, or why none."""
+    result_path = tmp / f"compare-{case.name}.json"
+    argv = [sys.executable, Path(__file__), "--compare", case.name, "--run", run_dir,
+            "--result", result_path, "--rounds", str(args.rounds)]
+    for name, path in picks.items():
+        argv += ["--pick", f"{name}={path}"]
+    if args.smoke:
+        argv.append("--smoke")
+    done = run_command(argv, log, env, timeout_s=timeout_s, cwd=ROOT)
+    result = (json.loads(result_path.read_text()) if result_path.exists()
+              else {"failed": done["rc"], "stderr_tail": done["stderr"][-30:]})
+    result["command_s"] = done["command_s"]
+    return result
 
 
 def pack(tmp: Path, out: Path) -> None:
@@ -565,36 +195,7 @@ def pack(tmp: Path, out: Path) -> None:
     part.replace(out / "runs.tar.gz")
 
 
-def targets(cases: dict[str, Any]) -> dict[str, Any]:
-    rms = cases.get("liger_rms", {})
-    run, sweep = rms.get("run", {}), rms.get("sweep", {})
-    speed = rms.get("compare", {}).get("speedup_of_pick", {}).get("pick", {})
-    command_s = sweep.get("command_s")
-    complete = run.get("state") == "complete" and run.get("trials") == 324
-    deaths = run.get("deaths", {})
-    died = len(deaths.get("attempts_died", [])) + len(deaths.get("stderr_died_running_trial",
-                                                                 []))
-    return {
-        "liger_rms_command_s": {"value": command_s, "target": f"<= {TARGET_COMMAND_S:g} s, "
-                                "all 324 trials", "complete": complete,
-                                "met": bool(command_s is not None and complete
-                                            and command_s <= TARGET_COMMAND_S)},
-        "liger_rms_worker_deaths": {
-            "attempts_died": len(deaths.get("attempts_died", [])),
-            "stderr_died_running_trial": len(deaths.get("stderr_died_running_trial", [])),
-            "target": 0, "met": bool(run) and died == 0},
-        "liger_rms_pick_speedup": {
-            "vs_liger": speed.get("liger"), "vs_liger_block": speed.get("liger_block"),
-            "vs_liger_function": speed.get("liger_function"), "target": TARGET_SPEEDUP,
-            "met": speed.get("liger") is not None and speed["liger"] >= TARGET_SPEEDUP,
-            "met_vs_liger_block": speed.get("liger_block") is not None
-            and speed["liger_block"] >= TARGET_SPEEDUP,
-            "note": "liger: what Liger's rms_norm_forward launches for 65536x4096 (its "
-                    "one-row kernel, _rms_norm_forward_kernel); liger_block: the block "
-                    "kernel at Liger's settings (BLOCK_ROW 16), the comparison of "
-                    "the comparison made when the issue was filed"},
-    }
-
+# -- what the result says of the machine and the checkout ----------------------------------
 
 def hardware(smoke: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"cpus": os.cpu_count()}
@@ -641,7 +242,9 @@ def package_versions(known: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def main() -> None:
+# -- the command line ----------------------------------------------------------------------
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, help="logs, runs.tar.gz and the result JSON ($OUT)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
@@ -659,6 +262,11 @@ def main() -> None:
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--pick", action="append", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     by_name = {c.name: c for c in CASES}
     if args.compare:

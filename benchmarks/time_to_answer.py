@@ -156,6 +156,65 @@ def with_workers(spec: dict, gpus: int) -> dict:
     return {**spec, "run": {**spec["run"], "workers": gpus}}
 
 
+def autotune_runs(a: dict, base: dict, configs: list[dict], gpus: int, skip: set[str],
+                  tmp: Path, save: Callable[[], None]) -> None:
+    """(a): triton.autotune on one GPU, then `sweep run` on the GPUs, its own Ray each time
+    (empty cache, then twice warm), then against a running Ray unless skipped."""
+    t0 = time.time()
+    a["autotune_1gpu"] = autotune_baseline(configs, tmp / "cache-autotune")
+    a["autotune_1gpu"]["command_s"] = time.time() - t0
+    print("autotune", json.dumps(a["autotune_1gpu"]), flush=True)
+    save()
+    spec = with_workers(base, gpus)
+    for name in ("own_ray_empty", "own_ray_warm", "own_ray_warm2"):
+        a[name] = command(spec, tmp, name, tmp / "cache-a")
+        print(name, round(a[name]["command_s"], 2), a[name]["best"]["index"],
+              {k: round(v, 2) for k, v in a[name]["phases_s"].items()}, flush=True)
+        save()
+    if "address" not in skip:
+        address_runs(a, spec, tmp, save)
+
+
+def scaling_runs(b: dict, gpus: int, skip: set[str], tables: Path, tmp: Path,
+                 save: Callable[[], None]) -> None:
+    """(b): the 600 configs on 1..gpus GPUs, empty caches, each trial table kept under
+    tables as a replay input."""
+    tables.mkdir(parents=True, exist_ok=True)
+    for n in range(1, gpus + 1):
+        name = f"matmul600_{n}gpu"
+        b[name] = command(with_workers(SPEC_600, n), tmp, name, tmp / f"cache-{name}")
+        shutil.copy(Path(b[name]["out"]) / "trials.parquet", tables / f"{name}.parquet")
+        print(name, round(b[name]["command_s"], 2), b[name]["counts"],
+              {k: round(v, 2) for k, v in b[name]["phases_s"].items()},
+              b[name]["idle"], flush=True)
+        save()
+    if "no_prestart" not in skip:
+        # Without the work begun before Ray is up: its compile times are then every
+        # config's own (the replay input, benchmarks/tables/).
+        name = "matmul600_1gpu_no_prestart"
+        b[name] = command(with_workers(SPEC_600, 1), tmp, name, tmp / f"cache-{name}",
+                          env_extra={"SWEEP_PRESTART": "0"})
+        shutil.copy(Path(b[name]["out"]) / "trials.parquet", tables / f"{name}.parquet")
+        print(name, round(b[name]["command_s"], 2),
+              {k: round(v, 2) for k, v in b[name]["phases_s"].items()}, flush=True)
+        save()
+    if gpus >= 2:
+        b["speedup_1_to_2"] = b["matmul600_1gpu"]["command_s"] / b["matmul600_2gpu"]["command_s"]
+
+
+def retime_ok(a: dict) -> dict:
+    """(c): every ok config of (a)'s first run re-timed interleaved on the device."""
+    import pyarrow.parquet as pq
+
+    from benchmarks.gpu_sweep import device_measurements
+
+    rows = pq.read_table(Path(a["own_ray_empty"]["out"]) / "trials.parquet").to_pylist()
+    ok = [r for r in rows if r["status"] == "ok"]
+    device = device_measurements([json.loads(r["config"]) for r in ok])
+    device["retimed_indices"] = [r["index"] for r in ok]
+    return device
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -185,59 +244,14 @@ def main() -> None:
             result["t"] = {}
             targets(result["t"], base, configs_a, tmp, save)
         if "a" in args.only:
-            a = result["a"] = {}
-            t0 = time.time()
-            a["autotune_1gpu"] = autotune_baseline(configs_a, tmp / "cache-autotune")
-            a["autotune_1gpu"]["command_s"] = time.time() - t0
-            print("autotune", json.dumps(a["autotune_1gpu"]), flush=True)
-            save()
-            spec = with_workers(base, args.gpus)
-            for name in ("own_ray_empty", "own_ray_warm", "own_ray_warm2"):
-                a[name] = command(spec, tmp, name, tmp / "cache-a")
-                print(name, round(a[name]["command_s"], 2), a[name]["best"]["index"],
-                      {k: round(v, 2) for k, v in a[name]["phases_s"].items()}, flush=True)
-                save()
-            if "address" not in skip:
-                address_runs(a, spec, tmp, save)
+            result["a"] = {}
+            autotune_runs(result["a"], base, configs_a, args.gpus, skip, tmp, save)
         if "b" in args.only:
-            b = result["b"] = {}
-            args.tables.mkdir(parents=True, exist_ok=True)
-            for gpus in range(1, args.gpus + 1):
-                name = f"matmul600_{gpus}gpu"
-                b[name] = command(with_workers(SPEC_600, gpus), tmp, name, tmp / f"cache-{name}")
-                shutil.copy(Path(b[name]["out"]) / "trials.parquet",
-                            args.tables / f"{name}.parquet")
-                print(name, round(b[name]["command_s"], 2), b[name]["counts"],
-                      {k: round(v, 2) for k, v in b[name]["phases_s"].items()},
-                      b[name]["idle"], flush=True)
-                save()
-            if "no_prestart" not in skip:
-                # Without the work begun before Ray is up: its compile times are then every
-                # config's own (the replay input, benchmarks/tables/).
-                name = "matmul600_1gpu_no_prestart"
-                b[name] = command(with_workers(SPEC_600, 1), tmp, name, tmp / f"cache-{name}",
-                                  env_extra={"SWEEP_PRESTART": "0"})
-                shutil.copy(Path(b[name]["out"]) / "trials.parquet",
-                            args.tables / f"{name}.parquet")
-                print(name, round(b[name]["command_s"], 2),
-                      {k: round(v, 2) for k, v in b[name]["phases_s"].items()}, flush=True)
-                save()
-            if args.gpus >= 2:
-                b["speedup_1_to_2"] = (b["matmul600_1gpu"]["command_s"]
-                                       / b["matmul600_2gpu"]["command_s"])
+            result["b"] = {}
+            scaling_runs(result["b"], args.gpus, skip, args.tables, tmp, save)
         if "c" in args.only and "a" in result:
-            import pyarrow.parquet as pq
-
-            from benchmarks.gpu_sweep import device_measurements
-
-            rows = pq.read_table(Path(result["a"]["own_ray_empty"]["out"])
-                                 / "trials.parquet").to_pylist()
-            ok = [r for r in rows if r["status"] == "ok"]
-            device = device_measurements([json.loads(r["config"]) for r in ok])
-            device["retimed_indices"] = [r["index"] for r in ok]
-            result["device"] = device
+            result["device"] = retime_ok(result["a"])
     print(f"written {record.write(result, args.out)}")
-
 
 if __name__ == "__main__":
     main()

@@ -18,13 +18,13 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
 from storage.readback import ReadBackError, finite, read_json, scalar
 from storage.records import canonical_json
+from storage.versions import installed_versions
 
 
 def cache_dir() -> Path:
@@ -35,13 +35,7 @@ def cache_dir() -> Path:
 def library_versions() -> dict[str, str]:
     """The torch and Triton of this environment: a new version may change which config is
     fastest, so it is part of an entry's key."""
-    out = {}
-    for dist in ("torch", "triton"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
+    return installed_versions({"torch": "torch", "triton": "triton"})
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,5 @@
-"""The append-only trial journal: the durable truth of a run.
-
-One JSON object a line, appended and fsync'd before the trials count as done (group commit:
-the driver appends what arrived over a few milliseconds at once; workers encode their own
-records' lines, storage/lines.py). An append that fails
-(a full disk, an I/O error) is cut back off the file, so nothing of it counts and later
-appends follow a clean line. A crash can tear only the last line, which carries no newline
-yet; reading ignores it and opening for append cuts it off.
+"""What the journal, a run's durable truth, means: the records its lines and the attempt log's
+hold, the rules each keeps and the state replayed from them (the bytes: journal_file.py).
 
 Every line carries the run's fingerprint, and reading checks every record against the run
 (RecordCheck): a line that is not a well-formed record of this run, anywhere but in the torn
@@ -18,23 +12,27 @@ json only serves a damaged or oddly formatted file, and names its first bad line
 
 from __future__ import annotations
 
-import errno
-import hashlib
+import contextlib
 import json
 import math
-import os
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
+from storage.journal_file import (
+    Journal,
+    JournalError,
+    complete_blocks,
+    complete_lines,
+    lines_before,
+)
 from storage.lines import (
     ATTEMPT_EVENTS,
     RUN_FIELD,
@@ -42,43 +40,17 @@ from storage.lines import (
     check_run,
     encode,
 )
-from storage.readback import ReadBackError, open_regular
 from storage.records import (
     MAX_ERROR_CHARS,
     STATUSES,
     VALIDATIONS,
     TrialRecord,
 )
-from storage.schema import RECORD_COLUMNS, RECORD_SCHEMA
-from storage.table import TABLE_RANGES
+from storage.schema import RECORD_COLUMNS, RECORD_SCHEMA, TABLE_RANGES
 
 JOURNAL_SCHEMA = RECORD_SCHEMA.append(pa.field(RUN_FIELD, pa.string()))
 
-_CHUNK = 64 * 1024  # how much to read at a time when looking backwards for a newline
 PARSE_BLOCK = 32 << 20  # how much of the journal is parsed at a time
-MARK_WINDOW = 1 << 20  # line_mark hashes at most this much of a (pathologically long) line
-
-
-class JournalError(Exception):
-    """A complete line of the journal (or a row read before it) is not a record of this
-    run: "<path>: line N: <what is wrong>"."""
-
-
-def _open_read(path: Path) -> BinaryIO:
-    """A journal or attempt log, opened to read only if it is a regular file: a FIFO or a
-    device standing in its place is damage, never a hang."""
-    try:
-        return os.fdopen(open_regular(path), "rb")
-    except ReadBackError as e:
-        raise JournalError(str(e)) from None
-
-
-class JournalWriteError(OSError):
-    """An append failed (no space, quota, I/O error) and was cut back off the file: none of
-    its lines count. errno and filename are the failure's and the journal's."""
-
-    def __str__(self) -> str:
-        return f"{self.filename}: {self.strerror}"
 
 
 @dataclass(frozen=True)
@@ -96,123 +68,9 @@ class RecordCheck:
             raise ValueError(f"total {self.total} is negative")
 
 
-# -- writing -----------------------------------------------------------------------------
-
-class Journal:
-    """Appends lines durably, all of a group or none. Opening cuts a torn tail left by a
-    crash."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
-        self._undo_failed: OSError | None = None
-        try:
-            if not stat.S_ISREG(os.fstat(self._fd).st_mode):  # a FIFO would fill, then block
-                raise JournalError(f"{path}: not a regular file")
-            os.set_blocking(self._fd, True)
-            size = os.fstat(self._fd).st_size
-            keep = _complete_length(self._fd, size)
-            if keep != size:
-                os.ftruncate(self._fd, keep)
-                os.fsync(self._fd)
-        except BaseException:
-            self.close()
-            raise
-
-    def append(self, lines: Iterable[bytes]) -> int:
-        """Write and fsync newline-terminated lines; returns the bytes written. On failure
-        the file is cut back to its length before this call and JournalWriteError raised."""
-        group = list(lines)
-        payload = b"".join(group)
-        if not payload:
-            return 0
-        if self._fd < 0:
-            raise ValueError(f"{self.path}: the journal is closed")
-        if self._undo_failed is not None:
-            # Something of a failed group may still be on file: appending after it would
-            # bury it mid-journal. Reopening cuts a torn tail.
-            raise JournalWriteError(self._undo_failed.errno,
-                                    "an earlier failed append could not be cut off; reopen "
-                                    f"the journal ({len(group)} records not written)",
-                                    str(self.path))
-        length = os.fstat(self._fd).st_size
-        try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(self._fd, view)  # may write only part: loop on the rest
-                if written <= 0:
-                    raise OSError(errno.EIO, "write made no progress")
-                view = view[written:]
-            os.fsync(self._fd)
-        except BaseException as e:
-            self._cut_back(length)
-            if not isinstance(e, OSError):
-                raise
-            reason = os.strerror(e.errno) if e.errno else str(e)
-            raise JournalWriteError(e.errno, f"{reason[:1].lower()}{reason[1:]} "
-                                    f"({len(group)} records not written)",
-                                    str(self.path)) from e
-        return len(payload)
-
-    def _cut_back(self, length: int) -> None:
-        try:
-            os.ftruncate(self._fd, length)
-            os.fsync(self._fd)
-        except OSError as e:
-            self._undo_failed = e
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def append_records(journal: Journal, records: Iterable[TrialRecord], run: str) -> int:
+    """records as this run's lines, appended as one group (see Journal.append)."""
     return journal.append(encode(r, run) for r in records)
-
-
-def _complete_length(fd: int, size: int) -> int:
-    """Where the complete part of a file ends: just after its last newline. Reads backwards
-    from the end, so only the torn tail and the line before it are read."""
-    pos = size
-    while pos > 0:
-        lo = max(0, pos - _CHUNK)
-        cut = os.pread(fd, pos - lo, lo).rfind(b"\n")
-        if cut >= 0:
-            return lo + cut + 1
-        pos = lo
-    return 0
-
-
-def line_mark(path: Path, end: int) -> str | None:
-    """A short hash of the complete line ending exactly at byte `end`; None if end is 0,
-    beyond the file (or there is no file), or not just after a newline. Stored with a
-    journal offset, it tells whether a journal found later is the one that offset was
-    taken from. Reads only that line (at most MARK_WINDOW bytes of it)."""
-    if end <= 0 or not path.exists():
-        return None
-    with _open_read(path) as f:
-        fd = f.fileno()
-        if end > os.fstat(fd).st_size or os.pread(fd, 1, end - 1) != b"\n":
-            return None
-        pieces: list[bytes] = []
-        pos, floor = end - 1, max(0, end - MARK_WINDOW)
-        while pos > floor:
-            lo = max(floor, pos - _CHUNK)
-            chunk = os.pread(fd, pos - lo, lo)
-            cut = chunk.rfind(b"\n")
-            pieces.append(chunk[cut + 1:])
-            if cut >= 0:
-                break
-            pos = lo
-    line = b"".join(reversed(pieces)) + b"\n"
-    return hashlib.sha256(line).hexdigest()[:16]
 
 
 # -- reading: lines --------------------------------------------------------------------
@@ -466,27 +324,10 @@ def read_journal(path: Path, check: RecordCheck, start: int = 0,
     if before is not None and before.num_rows:
         parts.append(_checked_before(path, before, check, start))
     end = start  # where the complete lines read so far end
-    if path.exists():
-        with _open_read(path) as f:
-            size = os.fstat(f.fileno()).st_size
-            if start > size:
-                raise JournalError(f"{path}: holds {size} bytes, fewer than the {start} "
-                                   "read before")
-            if start > 0 and os.pread(f.fileno(), 1, start - 1) != b"\n":
-                raise JournalError(f"{path}: byte {start} does not begin a line")
-            f.seek(start)
-            # A block at a time: a million-trial journal is hundreds of MB, which the
-            # parsed rows need not sit next to.
-            rest = b""
-            while block := f.read(PARSE_BLOCK):
-                data = rest + block
-                n = data.rfind(b"\n") + 1  # a torn last line has no newline yet
-                if n:
-                    parts.append(_checked_lines(path, data, n, check, end))
-                    end += n
-                rest = data[n:]
-    elif start > 0:
-        raise JournalError(f"{path}: missing, but {start} bytes of it were read before")
+    with contextlib.closing(complete_blocks(path, start, PARSE_BLOCK)) as blocks:
+        for data, n in blocks:
+            parts.append(_checked_lines(path, data, n, check, end))
+            end += n
     table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
     del parts
     return latest_per_index(table), end
@@ -509,7 +350,7 @@ def _checked_lines(path: Path, data: bytes, n: int, check: RecordCheck,
                    start: int) -> pa.Table:
     def fail(row: int, problem: str) -> JournalError:
         # Counting the lines before `start` costs a pass over them: only on the way out.
-        return JournalError(f"{path}: line {_lines_before(path, start) + row + 1}: {problem}")
+        return JournalError(f"{path}: line {lines_before(path, start) + row + 1}: {problem}")
 
     table = _parse_fast(data, n)
     if table is None:
@@ -530,17 +371,6 @@ def _checked_lines(path: Path, data: bytes, n: int, check: RecordCheck,
     if problem is not None:
         raise fail(*problem)
     return table.select(RECORD_SCHEMA.names)
-
-
-def _lines_before(path: Path, start: int) -> int:
-    count = 0
-    with _open_read(path) as f:
-        while f.tell() < start:
-            chunk = f.read(min(_CHUNK * 16, start - f.tell()))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-    return count
 
 
 def latest_per_index(table: pa.Table) -> pa.Table:
@@ -564,13 +394,9 @@ def latest_per_index(table: pa.Table) -> pa.Table:
 def read_attempts(path: Path, check: RecordCheck) -> tuple[dict[int, int], dict[int, int]]:
     """(highest attempt spent, worker deaths) per index, from the attempt log. A complete
     line that is not an attempt event of this run is a JournalError naming it."""
-    raw = b""
-    if path.exists():
-        with _open_read(path) as f:
-            raw = f.read()
     spent: dict[int, int] = {}
     deaths: dict[int, int] = {}
-    for number, line in enumerate(raw[: raw.rfind(b"\n") + 1].split(b"\n")[:-1], start=1):
+    for number, line in enumerate(complete_lines(path), start=1):
         try:
             index, attempt, event = _parse_attempt(line, check)
         except _Bad as e:

@@ -1,6 +1,7 @@
-"""The journal's line format, for writing: one JSON object a line, each carrying the run's
-fingerprint. Apart from storage/journal.py (which reads lines back through pyarrow) so that
-workers, which encode their own records' lines, import nothing heavier than json.
+"""The journal's line format, for writing: apart from the reader (storage/journal.py, which
+needs pyarrow) so that workers, which encode their own lines, import nothing heavier than json.
+
+One JSON object a line, each carrying the run's fingerprint.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The trial record: the one typed row that crosses from actors to storage.
+"""The typed rows that cross from actors to storage and the sweep: a trial's record, and
+the best config chosen from such records.
 
 The TrialRecord dataclass is the one definition of a record's columns: their names, their
 order (the trial table's), their types and which may be null. Everything else (the table's
@@ -134,3 +135,14 @@ class TrialRecord:
 
 # Columns of the trial table other than the parameters; a parameter may not reuse one.
 TABLE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TrialRecord))
+
+
+@dataclass(frozen=True)
+class Best:
+    """The fastest config found on a device: one record shared by the tally that ranks
+    trials, the snapshot and best.json."""
+
+    index: int
+    config: dict[str, Any]
+    latency_ms: float
+    device: str

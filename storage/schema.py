@@ -1,8 +1,11 @@
-"""A trial record's columns in Arrow terms, derived from the TrialRecord dataclass.
+"""A trial record's columns in Arrow terms, derived from the TrialRecord dataclass, so
+that the journal and the table cannot disagree on a column.
 
 The dataclass's fields and type hints are the one definition; the journal and the table
 take their schemas from here, so a field added to the record reaches both, and a field of
-a type with no column type here fails at import rather than being dropped somewhere.
+a type with no column type here fails at import rather than being dropped somewhere. The
+table's narrower types live here too, with the ranges they bound, for the journal's reader
+to refuse a value the table could not hold.
 """
 
 from __future__ import annotations
@@ -58,3 +61,24 @@ def _columns() -> tuple[Column, ...]:
 
 RECORD_COLUMNS: tuple[Column, ...] = _columns()
 RECORD_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in RECORD_COLUMNS])
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+# Where the table's type differs from the journal's: narrower counts, real timestamps
+# where the journal holds seconds since the epoch. Every other column is as in the journal.
+TABLE_TYPES: dict[str, pa.DataType] = {
+    "attempt": pa.int32(), "started_at": TIMESTAMP, "finished_at": TIMESTAMP,
+}
+
+
+def _range(type_: pa.DataType) -> tuple[float, float]:
+    if type_ == pa.int32():
+        return -(2**31), 2**31 - 1
+    if type_ == TIMESTAMP:
+        return -9.2e12, 9.2e12  # seconds whose microseconds fit in an int64
+    raise TypeError(f"no range known for {type_}")
+
+
+# The journal values a narrowed column can hold in the table (inclusive): the journal's
+# reader refuses others, so building the table cannot fail on them.
+TABLE_RANGES: dict[str, tuple[float, float]] = {n: _range(t) for n, t in TABLE_TYPES.items()}

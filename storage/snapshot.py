@@ -16,21 +16,13 @@ from typing import Any, Literal
 
 from storage.atomic import write_bytes_atomically
 from storage.readback import ReadBackError, finite, printable, read_json, scalar
-from storage.records import canonical_json
+from storage.records import Best, canonical_json
 
 RunState = Literal["running", "interrupted", "complete", "failed"]
 
 
 class SnapshotError(Exception):
     """snapshot.json is unreadable or its checksum does not match."""
-
-
-@dataclass(frozen=True)
-class Best:
-    index: int
-    config: dict[str, Any]
-    latency_ms: float
-    device: str
 
 
 @dataclass(frozen=True)

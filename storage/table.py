@@ -17,29 +17,9 @@ import pyarrow.parquet as pq
 
 from storage.atomic import replace_atomically
 from storage.readback import ReadBackError, is_regular
-from storage.schema import RECORD_COLUMNS
+from storage.schema import RECORD_COLUMNS, TABLE_TYPES
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")
 ArrowColumn: TypeAlias = "pa.Array | pa.ChunkedArray"
-
-# Where the table's type differs from the journal's: narrower counts, real timestamps
-# where the journal holds seconds since the epoch. Every other column is as in the journal.
-TABLE_TYPES: dict[str, pa.DataType] = {
-    "attempt": pa.int32(), "started_at": TIMESTAMP, "finished_at": TIMESTAMP,
-}
-
-
-def _range(type_: pa.DataType) -> tuple[float, float]:
-    if type_ == pa.int32():
-        return -(2**31), 2**31 - 1
-    if type_ == TIMESTAMP:
-        return -9.2e12, 9.2e12  # seconds whose microseconds fit in an int64
-    raise TypeError(f"no range known for {type_}")
-
-
-# The journal values a narrowed column can hold in the table (inclusive): the journal's
-# reader refuses others, so building the table cannot fail on them.
-TABLE_RANGES: dict[str, tuple[float, float]] = {n: _range(t) for n, t in TABLE_TYPES.items()}
 
 
 def _to_table(column: ArrowColumn, type_: pa.DataType) -> ArrowColumn:

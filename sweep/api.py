@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
+from sweep.console import Output
 from sweep.observers import TrialCallback, TrialsJsonl
 from sweep.run.stop import StopController
 from sweep.spec import BACKENDS, RUNTIMES, SpecError
@@ -30,7 +29,8 @@ from sweep.spec.constraints import clip_repr
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sweep.run.session import Request, Session
+    from sweep.run.request import Request
+    from sweep.run.session import Session
 
 SpecLike = str | Path | Mapping[str, Any]
 
@@ -143,8 +143,8 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
     _common(address, runtime, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet,
             stop)
     with _spec_file(spec) as (path, shown):
-        return _call(lambda request, stop, o, e, t0: invoke(
-            "run", path, request, stop, o, e, t0, out_dir=out_dir,
+        return _call(lambda request, stop, io, t0: invoke(
+            "run", path, request, stop, io, t0, out_dir=out_dir,
             backend=backend, label="sweep.api.run()", callers_ray=True),
             _request(address, runtime, max_trials, time_budget_s, cache_partial, force,
                      on_trial, trials_jsonl),
@@ -159,7 +159,7 @@ def resume(run_dir: str | Path, *, address: str | None = None, runtime: str | No
            stop: threading.Event | None = None) -> SweepResult:
     """Continue a stopped run in place (see run()); retry: recorded statuses whose configs
     run again, as `sweep resume --retry` ("timeout,crashed" or ["timeout", "crashed"])."""
-    from sweep.cli import retry_statuses
+    from sweep.run.request import retry_statuses
 
     path = _required_path(run_dir, "run_dir")
     _common(address, runtime, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet,
@@ -171,8 +171,8 @@ def resume(run_dir: str | Path, *, address: str | None = None, runtime: str | No
                         f"strings, got {clip_repr(retry)}")
     text = retry if isinstance(retry, str) else ",".join(sorted(retry))
     statuses = retry_statuses(text, "retry") if text else frozenset()
-    return _call(lambda request, stop, o, e, t0: invoke(
-        "resume", path, request, stop, o, e, t0, retry=statuses,
+    return _call(lambda request, stop, io, t0: invoke(
+        "resume", path, request, stop, io, t0, retry=statuses,
         label="sweep.api.resume()", callers_ray=True),
         _request(address, runtime, max_trials, time_budget_s, cache_partial, False,
                  on_trial, trials_jsonl), quiet, stop)
@@ -188,8 +188,8 @@ def load(run_dir: str | Path) -> SweepResult:
     return _from_run_dir(path, None, None, 0.0)
 
 
-def invoke(command: str, target: Path, request: Request, stop: StopController, out: Console,
-           err: Console, started: float, *, out_dir: Path | None = None,
+def invoke(command: str, target: Path, request: Request, stop: StopController, io: Output,
+           started: float, *, out_dir: Path | None = None,
            backend: str | None = None, retry: frozenset[str] = frozenset(),
            label: str = "", shut_down: bool = True,
            callers_ray: bool = False) -> tuple[int, Session]:
@@ -199,12 +199,11 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, o
     instead, without waiting on it). callers_ray: a Ray the caller connected counts as
     naming a cluster (the Python API's calls)."""
     from sweep.engines import selection as engines
-    from sweep.report.text import say
     from sweep.run.session import Session
 
     session = (Session.start(target, out_dir, backend, label or command,
-                             replace_run=request.force, say_line=lambda line: say(err, line))
-               if command == "run" else Session.reopen(target, err, label or command))
+                             replace_run=request.force, say_line=io.note)
+               if command == "run" else Session.reopen(target, label or command, io.note))
     session.retry = retry
     try:
         engine = engines.choose(request.runtime, session.spec.run.runtime, request.address,
@@ -212,7 +211,7 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, o
     except BaseException:
         session.release()
         raise
-    return session.execute(request, stop, out, err, engine, started=started), session
+    return session.execute(request, stop, io, engine, started=started), session
 
 
 def observers(on_trial: Callable[[dict[str, Any]], object] | None,
@@ -286,7 +285,7 @@ def _request(address: str | None, runtime: str | None, max_trials: int | None,
              cache_partial: bool, force: bool,
              on_trial: Callable[[dict[str, Any]], object] | None,
              trials_jsonl: str | Path | None) -> Request:
-    from sweep.run.session import Request
+    from sweep.run.request import Request
 
     check_limits(max_trials, time_budget_s, ("max_trials", "time_budget_s"))
     return Request(address=address, runtime=runtime, max_trials=max_trials,
@@ -310,19 +309,17 @@ def check_limits(max_trials: int | None, time_budget_s: float | None,
                         f"got {time_budget_s!r}")
 
 
-Invoke = Callable[["Request", StopController, Console, Console, float],
-                  "tuple[int, Session]"]
+Invoke = Callable[["Request", StopController, Output, float], "tuple[int, Session]"]
 
 
 def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | None,
           rename: tuple[str, str] | None = None) -> SweepResult:
     started = time.monotonic()
-    out, err = Console(quiet=quiet), Console(stderr=True, quiet=quiet)
     stop = StopController(exit_at_once=False,
                           asked=asked.is_set if asked is not None else lambda: False)
     stop.install()
     try:  # on Ray, with the process's other calls (see sweep/engines/ray_engine.py)
-        code, session = call(request, stop, out, err, started)
+        code, session = call(request, stop, Output.standard(quiet), started)
     except SpecError as e:
         if rename is None:
             raise
@@ -389,7 +386,8 @@ def _in_its_run(entry: Any) -> tuple[int | None, list[dict[str, Any]]]:
 
 def _from_run_dir(path: Path, state: str | None, code: int | None,
                   elapsed_s: float) -> SweepResult:
-    from storage.snapshot import Best, SnapshotError, read_snapshot
+    from storage.records import Best
+    from storage.snapshot import SnapshotError, read_snapshot
     from sweep.run.rundir import RunDir
 
     def best_of(b: Best) -> BestConfig:

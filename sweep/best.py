@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from sweep import EXIT_OK
-from sweep.report.text import say
+from sweep.console import say
 from sweep.tuned import config_line
 
 

@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-
+from actors.backends import CHOICES
 from sweep import EXIT_BAD_INPUT, EXIT_FAILED, SweepFailed
-from sweep.report.text import say
+from sweep.console import Output
 from sweep.run.stop import StopController
 
 _DEFAULT = Path()  # --html given without a path
@@ -32,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path)
     run.add_argument("--out", type=Path, help="run directory (default: a new one under runs/)")
     _cluster_args(run)
-    run.add_argument("--backend", choices=("auto", "cuda", "interpret", "simulate", "replay"))
+    run.add_argument("--backend", choices=CHOICES)
     run.add_argument("--force", action="store_true",
                      help="tune even when the best-config cache holds a complete run's best "
                           "for this kernel, problem and device")
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None, *, stop: StopController | None = None,
     stop = stop or StopController()
     stop.install()  # again: Ray's import may have replaced them
     try:
-        return _main(args, stop, Console(), Console(stderr=True),
+        return _main(args, stop, Output.standard(),
                      started if started is not None else time.monotonic(),
                      own_process=not own)
     finally:
@@ -101,8 +100,8 @@ def main(argv: list[str] | None = None, *, stop: StopController | None = None,
             stop.restore()
 
 
-def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Console,
-          started: float, own_process: bool = False) -> int:
+def _main(args: argparse.Namespace, stop: StopController, io: Output, started: float,
+          own_process: bool = False) -> int:
     from storage.journal import JournalError
     from storage.lock import RunDirBusy
     from sweep.spec import SpecError
@@ -111,27 +110,27 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
                                      else [args.command])])
     try:
         if args.command == "report":
-            from sweep.report.text import report
+            from sweep.report.command import report
 
             html = args.dir / "report.html" if args.html is _DEFAULT else args.html
-            return report(args.dir, args.top, out, as_json=args.json, html=html,
+            return report(args.dir, args.top, io.out, as_json=args.json, html=html,
                           plot=args.plot)
         if args.command == "best":
             from sweep.best import show_best
 
-            return show_best(args.target, args.json, out)
+            return show_best(args.target, args.json, io.out)
         from sweep.api import check_limits
 
         check_limits(args.max_trials, args.time_budget)
         if args.command == "submit":
             from sweep.submit import submit
 
-            return submit(args, stop, out, err)
+            return submit(args, stop, io)
         from sweep.api import invoke, observers
-        from sweep.run.session import Request
+        from sweep.run.request import Request, retry_statuses
 
         watching = observers(None, args.trials_jsonl,
-                             lambda message: say(err, f"warning: {message}"), "--trials-jsonl")
+                             lambda message: io.note(f"warning: {message}"), "--trials-jsonl")
         request = Request(
             address=args.address, runtime=args.runtime, max_trials=args.max_trials,
             time_budget_s=args.time_budget,
@@ -139,11 +138,11 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
             observers=tuple(watching))
         try:
             if args.command == "run":
-                code, _ = invoke("run", args.spec, request, stop, out, err, started,
+                code, _ = invoke("run", args.spec, request, stop, io, started,
                                  out_dir=args.out, backend=args.backend, label=command,
                                  shut_down=not own_process)
             else:
-                code, _ = invoke("resume", args.dir, request, stop, out, err, started,
+                code, _ = invoke("resume", args.dir, request, stop, io, started,
                                  retry=retry_statuses(args.retry), label=command,
                                  shut_down=not own_process)
         finally:
@@ -152,28 +151,8 @@ def _main(args: argparse.Namespace, stop: StopController, out: Console, err: Con
         return code
     except (SpecError, JournalError, RunDirBusy) as e:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.
-        say(err, f"error: {e}")
+        io.note(f"error: {e}")
         return EXIT_BAD_INPUT
     except SweepFailed as e:
-        say(err, f"error: {e}")
+        io.note(f"error: {e}")
         return EXIT_FAILED
-
-
-def retry_statuses(text: str | None, name: str = "--retry") -> frozenset[str]:
-    from storage.records import STATUSES
-    from sweep.spec import SpecError
-
-    if text is None:
-        return frozenset()
-    allowed = [s for s in STATUSES if s != "ok"]
-    given = frozenset(t.strip() for t in text.split(","))
-    if not given or not given <= set(allowed):
-        raise SpecError(f"{name}: expected statuses from {', '.join(allowed)} "
-                        f"(comma-separated), got {text!r}")
-    return given
-
-
-if __name__ == "__main__":
-    from sweep.command import main as command
-
-    sys.exit(command())

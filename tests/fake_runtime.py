@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.compile_pool import CompileLimit
-from actors.timing import Retimed, Timing
+from actors.protocol import CompileLimit, Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
 from sweep.engines.runtime import (
     BatchBegan,

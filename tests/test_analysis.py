@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import simulate_spec, sweep_cli
 
-from storage.records import TrialRecord
-from storage.snapshot import Best, Snapshot, read_best, write_best, write_snapshot
+from storage.records import Best, TrialRecord
+from storage.snapshot import Snapshot, read_best, write_best, write_snapshot
 from sweep.report.analysis import analyse
 from sweep.run import rundir
 from sweep.run.rundir import RunDir, RunLog

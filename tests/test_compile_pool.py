@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.compile_pool import Compiled, CompileLimit, CompilePool
+from actors.compile_pool import Compiled, CompilePool
+from actors.protocol import CompileLimit
 
 PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float16"}
 CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}

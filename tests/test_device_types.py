@@ -12,9 +12,8 @@ from fake_runtime import FakeRuntime
 from test_driver import make
 
 from actors.simulate import SimulatedBackend, draws
-from storage.records import TrialOutcome, TrialRecord
-from storage.snapshot import Best
-from sweep.engines.cluster import placement
+from storage.records import Best, TrialOutcome, TrialRecord
+from sweep.engines.ray_placement import placement
 from sweep.results.tally import Tally
 from sweep.spec import SpecError, load_spec
 

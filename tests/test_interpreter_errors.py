@@ -78,7 +78,8 @@ SCALED_BY_EPS = Kernel(
 
 def _launcher(kernel: str):
     from actors.launcher import Launcher
-    from actors.worker import WorkerSettings, launcher_payload
+    from actors.protocol import WorkerSettings
+    from actors.worker import launcher_payload
 
     return Launcher(launcher_payload(WorkerSettings(
         backend="interpret", kernel=kernel, problem={}, trial_timing=(1, 3),

@@ -17,17 +17,17 @@ import pytest
 from conftest import tmpfs
 
 import storage.journal as journal_module
+import storage.journal_file as journal_file
 from storage.atomic import write_bytes_atomically
 from storage.journal import (
     Journal,
     JournalError,
-    JournalWriteError,
     RecordCheck,
     append_records,
-    line_mark,
     read_attempts,
     read_journal,
 )
+from storage.journal_file import JournalWriteError, line_mark
 from storage.lines import encode, encode_attempt
 from storage.records import TrialOutcome, TrialRecord, canonical_json
 
@@ -87,7 +87,7 @@ def faulty_write(fd_of: Callable[[], int], *, chunk: int | None = None,
 def test_short_writes_are_continued_until_the_whole_group_is_written(tmp_path, monkeypatch):
     path = tmp_path / "j.jsonl"
     with Journal(path) as j:
-        monkeypatch.setattr(journal_module.os, "write",
+        monkeypatch.setattr(journal_file.os, "write",
                             faulty_write(lambda: j._fd, chunk=97))
         written = append_records(j, [record(i) for i in range(6)], RUN)
     monkeypatch.undo()
@@ -105,7 +105,7 @@ def test_a_write_that_fails_midway_is_cut_back_and_raises(tmp_path, monkeypatch,
     with Journal(path) as j:
         append_records(j, [record(0), record(1)], RUN)
         before = path.read_bytes()
-        monkeypatch.setattr(journal_module.os, "write",
+        monkeypatch.setattr(journal_file.os, "write",
                             faulty_write(lambda: j._fd, chunk=150, fail_after=fail_at))
         with pytest.raises(JournalWriteError) as caught:
             append_records(j, [record(3), record(4), record(5)], RUN)
@@ -125,10 +125,10 @@ def test_a_failed_fsync_cuts_the_group_back(tmp_path, monkeypatch):
         append_records(j, [record(0)], RUN)
 
         def fsync(fd: int) -> None:
-            monkeypatch.setattr(journal_module.os, "fsync", real_fsync)  # fails just once
+            monkeypatch.setattr(journal_file.os, "fsync", real_fsync)  # fails just once
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-        monkeypatch.setattr(journal_module.os, "fsync", fsync)
+        monkeypatch.setattr(journal_file.os, "fsync", fsync)
         with pytest.raises(JournalWriteError, match=r"input/output error \(2 records") as e:
             append_records(j, [record(1), record(2)], RUN)
         assert e.value.errno == errno.EIO
@@ -139,7 +139,7 @@ def test_an_interrupt_mid_write_cuts_the_group_back_and_propagates(tmp_path, mon
     path = tmp_path / "j.jsonl"
     with Journal(path) as j:
         append_records(j, [record(0)], RUN)
-        monkeypatch.setattr(journal_module.os, "write", faulty_write(
+        monkeypatch.setattr(journal_file.os, "write", faulty_write(
             lambda: j._fd, chunk=50, fail_after=120, error=KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
             append_records(j, [record(1), record(2)], RUN)
@@ -149,13 +149,13 @@ def test_an_interrupt_mid_write_cuts_the_group_back_and_propagates(tmp_path, mon
 def test_appends_are_refused_after_a_failed_group_could_not_be_cut_back(tmp_path, monkeypatch):
     path = tmp_path / "j.jsonl"
     with Journal(path) as j:
-        monkeypatch.setattr(journal_module.os, "write",
+        monkeypatch.setattr(journal_file.os, "write",
                             faulty_write(lambda: j._fd, fail_after=30))
 
         def ftruncate(fd: int, length: int) -> None:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-        monkeypatch.setattr(journal_module.os, "ftruncate", ftruncate)
+        monkeypatch.setattr(journal_file.os, "ftruncate", ftruncate)
         with pytest.raises(JournalWriteError, match="no space left"):
             append_records(j, [record(0)], RUN)
         monkeypatch.undo()
@@ -437,9 +437,9 @@ def test_a_line_mark_reads_only_near_the_offset(tmp_path, monkeypatch):
         read.append(n)
         return real_pread(fd, n, offset)
 
-    monkeypatch.setattr(journal_module.os, "pread", pread)
+    monkeypatch.setattr(journal_file.os, "pread", pread)
     assert line_mark(path, size) == hashlib.sha256(long_line).hexdigest()[:16]
-    assert sum(read) < len(long_line) + 2 * journal_module._CHUNK < size // 4
+    assert sum(read) < len(long_line) + 2 * journal_file._CHUNK < size // 4
 
 
 

@@ -13,9 +13,10 @@ import pytest
 from conftest import simulate_spec, sweep_proc, write_spec
 
 from actors import child
-from actors.compile_pool import CompileLimit, CompilePool
+from actors.compile_pool import CompilePool
 from actors.launcher import Launcher
-from actors.worker import WorkerSettings, launcher_payload
+from actors.protocol import CompileLimit, WorkerSettings
+from actors.worker import launcher_payload
 from sweep.spec import SpecError, load_spec
 
 TESTS = Path(__file__).parent

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import ROOT, simulate_spec, sweep_proc
 
-from actors.worker import WorkerSettings
+from actors.protocol import WorkerSettings
 from sweep.engines import machine
 from sweep.engines import selection as engines
 from sweep.engines.local_runtime import LocalRuntime

@@ -1,4 +1,4 @@
-"""Numbers as a person reads them (sweep/report/numbers.py) in every view of a run: the text
+"""Numbers as a person reads them (sweep/numbers.py) in every view of a run: the text
 report, the HTML report and its page's own script, the PNGs; the JSON stays numbers."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 from conftest import sweep_cli
 from test_report import INTERPRETED_WORK, write_interpreter_run
 
-from sweep.report.numbers import amount, ratio, scale, significant
+from sweep.numbers import amount, ratio, scale, significant
 
 EXPONENT = re.compile(r"\d[eE][-+]\d")
 

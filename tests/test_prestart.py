@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from actors import child
-from actors.worker import WorkerSettings
+from actors.protocol import WorkerSettings
 from sweep.engines.prestart import Prestart
 
 SETTINGS = WorkerSettings(

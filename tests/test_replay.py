@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, sweep_cli, write_spec
 
-from actors.compile_pool import CompileLimit
+from actors.protocol import CompileLimit
 from actors.replay import Recorded, ReplayCompiler
 from storage.records import TrialOutcome, TrialRecord, canonical_json
 from sweep.search.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order

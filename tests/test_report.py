@@ -246,8 +246,8 @@ def write_interpreter_run(tmp_path, *, backend="interpret", error="boom"):
     rest worked, #0 fastest at 2.1 ms, then 694.2 ms and 1100.3 ms and slower."""
     import dataclasses
 
-    from storage.records import TrialRecord
-    from storage.snapshot import Best, write_best
+    from storage.records import Best, TrialRecord
+    from storage.snapshot import write_best
     from sweep.run import rundir
     from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec
@@ -373,7 +373,7 @@ def test_the_trial_tables_rate_column_says_its_one_unit_and_numbers_have_no_expo
 
     from selenium.webdriver.common.by import By
 
-    from sweep.report.numbers import significant
+    from sweep.numbers import significant
 
     page = (quickstart / "report.html").read_text()
     data = json.loads(page.split('id="sweep-data">', 1)[1].split("</script>", 1)[0])
@@ -409,8 +409,8 @@ def write_large_run(tmp_path, n=LARGE):
     in an order unlike their indices' (2.001 to 22 ms), and #n-7 fastest, at 1 ms."""
     import dataclasses
 
-    from storage.records import TrialRecord
-    from storage.snapshot import Best, write_best
+    from storage.records import Best, TrialRecord
+    from storage.snapshot import write_best
     from sweep.run import rundir
     from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec
@@ -483,7 +483,7 @@ def test_a_large_reports_page_carries_its_trials_as_compact_columns_not_rows(lar
 def test_a_timeline_of_many_trials_draws_few_bars_that_cover_every_trial(large):
     import bisect
 
-    from sweep.report.html import MAX_BARS, drawable
+    from sweep.report.page_data import MAX_BARS, drawable
 
     bars = drawable(large.spans)
     assert len(large.spans) > MAX_BARS >= len(bars)

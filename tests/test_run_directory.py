@@ -26,7 +26,7 @@ from conftest import (
     write_spec,
 )
 
-import storage.journal as journal_module
+import storage.journal_file as journal_file
 import storage.snapshot as snapshot_module
 from storage.journal import read_journal
 from sweep.run import rundir
@@ -121,7 +121,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_resume_completes_once_space_
     # Only the write is given back afterwards (monkeypatch.undo() would also give back the
     # private best-config cache, and the resume would write to the user's own).
     with monkeypatch.context() as full_disk:
-        full_disk.setattr(journal_module.os, "write", write)
+        full_disk.setattr(journal_file.os, "write", write)
         assert sweep_cli("run", spec, "--out", out) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -327,13 +327,12 @@ def test_a_session_works_on_absolute_paths_whatever_was_typed(stopped_run, tmp_p
                                                                 monkeypatch):
     # Ray's start changes the working directory for a moment (sweep/engines/cluster.py), while
     # another thread may be reading the run directory: a relative path would read another.
-    from rich.console import Console
 
     from sweep.run.session import Session
 
     shutil.copytree(stopped_run, tmp_path / "run")
     monkeypatch.chdir(tmp_path)
-    session = Session.reopen(Path("run"), Console(stderr=True), "sweep resume run")
+    session = Session.reopen(Path("run"), "sweep resume run")
     try:
         assert session.path == tmp_path / "run" and session.path.is_absolute()
     finally:
@@ -360,7 +359,7 @@ def test_a_directory_with_a_runs_files_but_no_run_json_is_neither_run_into_nor_r
 
 
 def test_only_failed_writes_in_the_run_directory_count_as_its_storage_errors(tmp_path):
-    from storage.journal import JournalWriteError
+    from storage.journal_file import JournalWriteError
     from sweep.run.session import storage_error
 
     inside = tmp_path / "run"

@@ -89,7 +89,7 @@ def test_error_lines_stay_short_whatever_the_value(tmp_path: Path,
 def test_configs_left_after_constraints_are_capped_naming_space_and_both_counts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep.spec, "MAX_CONFIGS", 1000)
+    monkeypatch.setattr(sweep.spec.model, "MAX_CONFIGS", 1000)
     spec = tmp_path / "wide.yaml"
     spec.write_text(SIMULATE + f"space: {{A: [0, 1, 2, 3], B: {list(range(500))}}}\n"
                     "constraints: ['A + B > 0']\n")

@@ -26,12 +26,13 @@ from storage.records import (
     MAX_ERROR_CHARS,
     STATUSES,
     TABLE_COLUMNS,
+    Best,
     TrialOutcome,
     TrialRecord,
     canonical_json,
 )
 from storage.schema import RECORD_SCHEMA, column_type
-from storage.snapshot import Best, Snapshot, SnapshotError, read_snapshot, write_snapshot
+from storage.snapshot import Snapshot, SnapshotError, read_snapshot, write_snapshot
 from storage.table import TABLE_TYPES, build_table, records_from_table, write_table
 
 RUN = "0123456789abcdef"

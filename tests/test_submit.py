@@ -405,12 +405,11 @@ def test_the_jobs_command_carries_the_time_budget_and_force():
 def test_a_sweep_the_cache_answers_on_the_head_names_no_run_directory(capsys):
     # The entrypoint names the run directory it will give `sweep run` before the sweep
     # starts; a sweep answered from the cache makes none, so none may be named.
-    from rich.console import Console
-
+    from sweep.console import Output
     from sweep.submit import GCS_MARK, RUN_DIR_MARK, Job
 
-    job = Job(client=None, url="http://127.0.0.1:8265", grace_s=63, out=Console(),
-              err=Console(stderr=True), submission_id="raysubmit_1")
+    job = Job(client=None, url="http://127.0.0.1:8265", grace_s=63, io=Output.standard(),
+              submission_id="raysubmit_1")
     log = (f"{RUN_DIR_MARK}/home/u/sweep-runs/tiny-20261201T120000Z\n"
            f"{GCS_MARK}127.0.0.1:6379\n"
            "sweep tiny: cached — this sweep of softmax completed on cpu-interpreter before; "

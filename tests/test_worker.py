@@ -20,9 +20,17 @@ from typing import Any
 import pytest
 
 from actors import child, worker
-from actors.compile_pool import Compiled, CompileLimit
+from actors.compile_pool import Compiled
 from actors.launcher import Launcher
-from actors.worker import Batch, BatchStarted, Finished, TrialStarted, TrialWorker, WorkerSettings
+from actors.protocol import (
+    Batch,
+    BatchStarted,
+    CompileLimit,
+    Finished,
+    TrialStarted,
+    WorkerSettings,
+)
+from actors.worker import TrialWorker
 from storage.records import TrialOutcome, TrialRecord
 
 SETTINGS = WorkerSettings(backend="simulate", kernel="matmul", problem={},

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from actors.worker import WorkerSettings
+from actors.backends import AUTO, traits
+from actors.protocol import WorkerSettings
 from storage.cache import library_versions
 from sweep.engines import machine
 from sweep.engines.local_runtime import LocalRuntime
@@ -39,10 +40,10 @@ class LocalEngine:
 
     def resolve_backend(self, spec: Spec) -> str:
         requested = spec.run.backend
-        if requested in ("simulate", "replay", "interpret"):
+        if requested != AUTO and not traits(requested).gpu:
             return requested
         gpus = len(self.gpus())
-        if requested == "cuda" and gpus == 0:
+        if requested != AUTO and gpus == 0:
             raise SpecError(f"{spec.path}: run.backend: cuda, but this machine has no GPU "
                             "(use auto or interpret to run on the CPU, or --address to "
                             "join a Ray cluster that has GPUs)")
@@ -62,7 +63,7 @@ class LocalEngine:
                 raise SpecError(f"{spec.path}: run.accelerator_types: the simulate backend's "
                                 "device types are simulate.devices, and it names none")
             return Placement(workers=cap or spec.simulate.workers)
-        if spec.run.accelerator_types is not None and backend != "cuda":
+        if spec.run.accelerator_types is not None and not traits(backend).gpu:
             raise SpecError(f"{spec.path}: run.accelerator_types: chooses GPU types, but this "
                             f"run's backend is {backend}")
         if backend == "replay":

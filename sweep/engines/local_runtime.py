@@ -25,29 +25,23 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors import child
-from actors.compile_pool import CompileLimit
 from actors.launcher import LAUNCHER_ENV
-from actors.timing import Retimed
-from actors.worker import (
+from actors.protocol import (
     Batch,
-    BatchStarted,
+    CompileLimit,
     Finished,
-    Note,
-    TrialStarted,
+    Retimed,
     WorkerSettings,
 )
 from sweep.engines.runtime import (
-    BatchBegan,
     BatchDone,
     Event,
     Placement,
     RetimeAbandoned,
     Trial,
-    TrialBegan,
-    TrialsDone,
     WorkerLost,
-    WorkerNote,
     WorkerUp,
+    event_of,
 )
 
 _EOF = ("eof",)  # what a worker's reader queues once its pipe has ended
@@ -166,13 +160,7 @@ class LocalRuntime:
             for m in message[2]:
                 if isinstance(m, Finished):
                     state.streams[batch] = state.streams.get(batch, 0) - len(m.records)
-                    out.append(TrialsDone(name, batch, m.records, m.lines))
-                elif isinstance(m, TrialStarted):
-                    out.append(TrialBegan(name, batch, m.index, m.ordinal, m.ahead))
-                elif isinstance(m, BatchStarted):
-                    out.append(BatchBegan(name, batch))
-                elif isinstance(m, Note):
-                    out.append(WorkerNote(name, m.text))
+                out.append(event_of(name, batch, m))
             return out
         if tag == "end":
             state.streams.pop(message[1], None)

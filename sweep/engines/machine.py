@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from actors.backends import AUTO, may_use_gpu, traits
+
 
 def cpus() -> int:
     """The CPUs this process may run on."""
@@ -83,13 +85,11 @@ def local_devices(backend: str) -> list[str] | None:
     """The devices workers on this machine would run `backend` on, by name, once each:
     ["cpu-interpreter"], this machine's GPU names, or None where only a worker can tell
     (GPUs nvidia-smi cannot name)."""
-    if backend == "interpret":
-        return ["cpu-interpreter"]
-    if backend not in ("auto", "cuda"):
-        return None
+    if not may_use_gpu(backend):
+        return ["cpu-interpreter"] if traits(backend).interpreted else None
     gpus = gpus_by_id()
     if not gpus:  # no GPU: auto interprets
-        return ["cpu-interpreter"] if backend == "auto" else None
+        return ["cpu-interpreter"] if backend == AUTO else None
     names = sorted(set(gpus.values()))
     return None if "" in names else names
 

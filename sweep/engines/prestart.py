@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors import child
-from actors.compile_pool import CompileLimit, CompilePool
-from actors.worker import WorkerSettings, launcher_payload
+from actors.compile_pool import CompilePool
+from actors.protocol import CompileLimit, WorkerSettings
+from actors.worker import launcher_payload
 from sweep.engines.machine import visible_gpus
 
 # Configs given to the early pool, per compile process: more than it gets through while Ray

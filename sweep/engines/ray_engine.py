@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from actors.worker import WorkerSettings
-from sweep.engines import cluster
+from actors.protocol import WorkerSettings
+from sweep.engines import cluster, ray_placement
 from sweep.engines.ray_runtime import RayRuntime
 from sweep.engines.runtime import Placement
 from sweep.spec import Spec
@@ -37,18 +37,18 @@ class RayEngine:
         cluster.connect(self.address, stop_requested, say)
 
     def resolve_backend(self, spec: Spec) -> str:
-        return cluster.resolve_backend(spec)
+        return ray_placement.resolve_backend(spec)
 
     def placement(self, spec: Spec, backend: str) -> Placement:
-        return cluster.placement(spec, backend)
+        return ray_placement.placement(spec, backend)
 
     def device_names(self, kinds: Sequence[str], stop_requested: Callable[[], bool]
                      ) -> list[tuple[str, dict[str, str]]] | None:
-        return cluster.gpu_names(list(kinds), stop_requested)
+        return ray_placement.gpu_names(list(kinds), stop_requested)
 
     def runtime(self, settings: WorkerSettings, placement: Placement,
                 batches: int) -> RayRuntime:
-        return RayRuntime(settings, placement, batches, cluster.labelled_types())
+        return RayRuntime(settings, placement, batches, ray_placement.labelled_types())
 
     def divert_reports(self, log: Path) -> None:
         cluster.divert_ray_reports(log)

@@ -28,31 +28,25 @@ from ray.exceptions import (
 )
 
 from actors.child import error_line
-from actors.compile_pool import CompileLimit
-from actors.timing import Retimed
-from actors.worker import (
+from actors.protocol import (
     Batch,
-    BatchStarted,
+    CompileLimit,
     Finished,
-    Note,
-    TrialStarted,
-    TrialWorker,
-    WorkerError,
+    Retimed,
+    WorkerMessage,
     WorkerSettings,
 )
+from actors.worker import TrialWorker, WorkerError
 from sweep.engines.runtime import (
-    BatchBegan,
     BatchDone,
     ClusterLost,
     Event,
     Placement,
     RetimeAbandoned,
     Trial,
-    TrialBegan,
-    TrialsDone,
     WorkerLost,
-    WorkerNote,
     WorkerUp,
+    event_of,
 )
 
 TYPE_RESOURCE = "accelerator_type:"
@@ -334,17 +328,10 @@ class RayRuntime:
             return self._lost(name, why_dead(e))
         return [e for message in messages for e in self._events(name, stream, message)]
 
-    def _events(self, name: str, stream: _Stream, message: Any) -> list[Event]:
-        if isinstance(message, BatchStarted):
-            return [BatchBegan(name, stream.batch)]
-        if isinstance(message, TrialStarted):
-            return [TrialBegan(name, stream.batch, message.index, message.ordinal,
-                               message.ahead)]
-        if isinstance(message, Note):
-            return [WorkerNote(name, message.text)]
-        assert isinstance(message, Finished), message
-        stream.reported += len(message.records)
-        return [TrialsDone(name, stream.batch, message.records, message.lines)]
+    def _events(self, name: str, stream: _Stream, message: WorkerMessage) -> list[Event]:
+        if isinstance(message, Finished):
+            stream.reported += len(message.records)
+        return [event_of(name, stream.batch, message)]
 
     def _lost(self, name: str, why: str, init_failed: bool = False) -> list[Event]:
         events = self.settle(name, timeout_s=5.0)

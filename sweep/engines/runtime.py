@@ -17,12 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actors.compile_pool import CompileLimit
-from actors.timing import Retimed
+from actors.protocol import (
+    BatchStarted,
+    CompileLimit,
+    Finished,
+    Retimed,
+    TrialStarted,
+    WorkerMessage,
+)
 from storage.records import TrialRecord
 
 if TYPE_CHECKING:
-    from actors.worker import WorkerSettings
+    from actors.protocol import WorkerSettings
     from sweep.spec import Spec
 
 Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
@@ -116,6 +122,18 @@ class WorkerLost:
 
 
 Event = WorkerUp | BatchBegan | TrialBegan | TrialsDone | BatchDone | WorkerNote | WorkerLost
+
+
+def event_of(worker: str, batch: int, message: WorkerMessage) -> Event:
+    """A worker's message about one of its batches, as the driver's event: the one place
+    the two vocabularies meet (a worker knows neither its name nor the batch's number)."""
+    if isinstance(message, Finished):
+        return TrialsDone(worker, batch, message.records, message.lines)
+    if isinstance(message, TrialStarted):
+        return TrialBegan(worker, batch, message.index, message.ordinal, message.ahead)
+    if isinstance(message, BatchStarted):
+        return BatchBegan(worker, batch)
+    return WorkerNote(worker, message.text)
 
 
 class ClusterLost(Exception):

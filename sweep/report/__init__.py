@@ -1,1 +1,3 @@
-"""What a person reads about a run: the analysis, the text, HTML and PNG views."""
+"""What a person reads about a run: one analysis, and the text, HTML and PNG views of it.
+Each module imports only those below it, so that no view depends on another's insides:
+numbers, errors, timeline < analysis < rates < text, plots, page_data < html < command."""

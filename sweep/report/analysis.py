@@ -1,6 +1,5 @@
 """What a run directory says, computed once for every view of it: the text report and its
-JSON (report.py), the HTML report (report_html.py) and the PNGs (report_plots.py) all
-render these records and compute no figure of their own.
+JSON (text.py), the HTML page (html.py) and the PNGs (plots.py) only render these records.
 
 Reads only what a run writes for readers (trials.parquet, best.json, snapshot.json), never
 the lock: a run that is still going is read from its checkpointed table.
@@ -8,16 +7,17 @@ the lock: a run that is still going is read from its checkpointed table.
 
 from __future__ import annotations
 
-import bisect
 import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.backends import BACKENDS
 from storage.readback import is_regular
 from storage.records import PRUNED
-from sweep.report.text import ErrorGroup, common_errors
+from sweep.report.timeline import Span, WorkerUse, retiming, worker_timeline
+from sweep.results.errors import ErrorGroup, common_errors
 
 # A trial's columns that the HTML report's table and timeline carry (besides parameters).
 TRIAL_COLUMNS = ("index", "status", "latency_ms", "latency_p20_ms", "latency_p80_ms",
@@ -89,30 +89,6 @@ class Heatmap:
 
 
 @dataclass(frozen=True)
-class Span:
-    """A stretch of one worker's time: a trial, the wait between two of its trials within
-    one session (for compiles, or for work), or its session's start before its first
-    trial (Ray, the workers and the first compiles starting)."""
-
-    worker: str  # "node/worker", with "sN " in front when the run had several sessions
-    start_s: float  # since the run's first session began (its first trial, if unknown)
-    end_s: float
-    kind: str  # a trial's status, "waiting", "starting" or "re-timing" (the finalists)
-    index: int | None  # the trial's
-
-
-@dataclass(frozen=True)
-class WorkerUse:
-    worker: str
-    device: str
-    trials: int
-    busy_s: float  # running trials
-    waiting_s: float  # between its first trial's start and its last's end, not running one
-    busy_fraction: float  # busy / (busy + waiting)
-    starting_s: float | None  # from its session's start to its first trial, where known
-
-
-@dataclass(frozen=True)
 class Analysis:
     path: str
     name: str
@@ -146,7 +122,8 @@ class Analysis:
     @property
     def interpreted(self) -> bool:
         """The trials ran under Triton's CPU interpreter, which ignores launch options."""
-        return self.backend == "interpret" or "cpu-interpreter" in self.devices
+        known = BACKENDS.get(self.backend)
+        return (known is not None and known.interpreted) or "cpu-interpreter" in self.devices
 
     def default_heatmap(self) -> Heatmap | None:
         """The heatmap a reader sees first (the HTML page's default pick, the PNG): the
@@ -231,8 +208,8 @@ def analyse(path: Path) -> Analysis:
     sessions = pick.sessions
     first = min((r["started_at"].timestamp() for r in ran), default=0.0)
     t0 = sessions[0] if sessions and sessions[0] <= first else first
-    spans, workers = _timeline(ran, sessions, t0)
-    spans += _retiming(pick.timeline, len(sessions), t0)
+    spans, workers = worker_timeline(ran, sessions, t0)
+    spans += retiming(pick.timeline, len(sessions), t0)
     return Analysis(
         path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
         # run.json's backend has `auto` resolved; its total counts every config.
@@ -434,53 +411,6 @@ def _session_starts(snap: Any) -> list[float]:
         return sorted(s[0] for s in snap.sessions)
     start = snap.timeline.get("session_start")
     return [start] if start else []
-
-
-def _timeline(rows: list[dict[str, Any]], starts: list[float], t0: float
-              ) -> tuple[list[Span], list[WorkerUse]]:
-    """Each worker's trials and the waits between them, per session: workers of a
-    resumed run take the same names again, and the time between sessions is nobody's
-    wait. t0: time zero (seconds since the epoch)."""
-    lanes: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        begun = r["started_at"].timestamp()
-        session = max(bisect.bisect_right(starts, begun) - 1, 0)
-        lanes.setdefault((session, r["node"], r["worker"]), []).append(r)
-    several = len({s for s, _, _ in lanes}) > 1
-    spans, uses = [], []
-    for (session, node, worker), trials in sorted(lanes.items()):
-        name = f"s{session + 1} {node}/{worker}" if several else f"{node}/{worker}"
-        trials.sort(key=lambda r: (r["started_at"], r["index"]))
-        busy = waiting = 0.0
-        previous_end: float | None = None
-        starting = None
-        if starts and starts[session] <= trials[0]["started_at"].timestamp():
-            starting = trials[0]["started_at"].timestamp() - starts[session]
-            spans.append(Span(name, starts[session] - t0, starts[session] - t0 + starting,
-                              "starting", None))
-        for r in trials:
-            start = r["started_at"].timestamp() - t0
-            end = max(r["finished_at"].timestamp() - t0, start)
-            if previous_end is not None and start > previous_end:
-                spans.append(Span(name, previous_end, start, "waiting", None))
-                waiting += start - previous_end
-            spans.append(Span(name, start, end, r["status"], r["index"]))
-            busy += end - start
-            previous_end = end if previous_end is None else max(previous_end, end)
-        total = busy + waiting
-        uses.append(WorkerUse(name, trials[0]["device"], len(trials), busy, waiting,
-                              busy / total if total > 0 else 1.0, starting))
-    return spans, uses
-
-
-def _retiming(timeline: dict[str, float], sessions: int, t0: float) -> list[Span]:
-    """The last session's re-timing of its finalists (on one worker of each device type,
-    after the last trial), on a lane of its own: seconds of the command no trial shows."""
-    begun, done = timeline.get("trials_done"), timeline.get("finalists_done")
-    if begun is None or done is None or done < begun:
-        return []
-    lane = f"s{sessions} finalists" if sessions > 1 else "finalists"
-    return [Span(lane, begun - t0, done - t0, "re-timing", None)]
 
 
 def _trials(rows: list[dict[str, Any]], parameters: list[str],

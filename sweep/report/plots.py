@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sweep.numbers import significant
 from sweep.report.analysis import Analysis
-from sweep.report.numbers import significant
 from sweep.spec import SpecError
 
 # The HTML report's colours, so that both views read alike.
@@ -60,7 +60,7 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
 
 
 def _plain(axis: Any) -> None:
-    """Tick labels as the reports write numbers (sweep.report.numbers): no exponent or offset
+    """Tick labels as the reports write numbers (sweep.numbers): no exponent or offset
     that matplotlib adds for large or close values (1100, not 1.1e3)."""
     from matplotlib.ticker import FuncFormatter
 

@@ -1,67 +1,19 @@
-"""What a person reads about a run: the end-of-run summary and `sweep report DIR`."""
+"""What a person reads about a run in a terminal: the end-of-run summary and `sweep report
+DIR`'s text. The HTML page borrows its phrases, so both say a thing the same way."""
 
 from __future__ import annotations
 
 import json
-import re
-import shlex
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
 from storage.records import PRUNED
-from sweep import EXIT_OK
-from sweep.report.numbers import amount, ratio, scale, significant
-from sweep.results.tally import Tally
+from sweep.numbers import ratio, significant
+from sweep.report.rates import rate_column, rates
+from sweep.results.summary import how_many
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from sweep.report.analysis import Analysis, Baseline, Ranked, WorkerUse
-
-# Numbers in an error's text (a max error, a size) would split one cause into many groups.
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-
-
-def say(console: Console, text: str) -> None:
-    """Plain text: no markup, no highlighting, no wrapping (lines are grep-able)."""
-    console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-
-def report(path: Path, top: int, out: Console, *, as_json: bool = False,
-           html: Path | None = None, plot: Path | None = None) -> int:
-    """`sweep report DIR`: the text report (or its JSON), and the HTML report and PNGs
-    where asked. Every figure comes from sweep.report.analysis."""
-    from sweep.report.analysis import analyse
-    from sweep.spec import SpecError
-
-    if top < 0:
-        raise SpecError(f"--top: expected 0 or more, got {top}")
-    analysis = analyse(path)
-    # The files first: a reader that closes stdout early (`| head`) must not lose them.
-    written = []
-    if html is not None:
-        from sweep.report.html import write_html
-
-        write_html(analysis, html)
-        written.append(f"html report: {html}")
-    if plot is not None:
-        from sweep.report.plots import write_plots
-
-        written += [f"plot: {p}" for p in write_plots(analysis, plot)]
-    if as_json:
-        say(out, json.dumps(analysis.summary(top), indent=2, default=str))
-    else:
-        for line in text_report(analysis, top):
-            say(out, line)
-    # With --json, where the files went goes to stderr: stdout stays one JSON document.
-    tell = Console(stderr=True) if as_json else out
-    for line in written:
-        say(tell, line)
-    return EXIT_OK
+    from sweep.report.analysis import Analysis, Baseline, Ranked
+    from sweep.report.timeline import WorkerUse
 
 
 def text_report(a: Analysis, top: int) -> list[str]:
@@ -150,34 +102,6 @@ def _throughput(r: Ranked) -> str:
     return " · " + " · ".join(parts) if parts else ""
 
 
-def rates(r: Ranked) -> list[str]:
-    """A trial's throughput, each in the unit that reads best: 16.2 MFLOP/s, 378 kB/s."""
-    return ([amount(r.tflops * 1e12, "FLOP/s")] if r.tflops is not None else []) + \
-        ([amount(r.gbps * 1e9, "B/s")] if r.gbps is not None else [])
-
-
-# The rate a table's column shows: (the trial's field, its unit, the unit's size in the
-# field's unit), FLOP/s where the kernel gives its flops, else B/s.
-RATE_FIELDS = {"flops": ("tflops", "FLOP/s", 1e12), "bytes_moved": ("gbps", "B/s", 1e9)}
-
-
-def rate_field(a: Analysis) -> tuple[str, str, float] | None:
-    return next((RATE_FIELDS[k] for k in RATE_FIELDS if k in a.work), None)
-
-
-def rate_column(a: Analysis, rows: Iterable[Ranked]) -> tuple[str, list[str]]:
-    """A table's rate column: its heading, the one unit that puts the column's largest
-    value between 1 and 1000 (so values compare), and each row's cell in it."""
-    rows = list(rows)
-    field = rate_field(a)
-    if field is None:
-        return "", ["" for _ in rows]
-    name, unit, size = field
-    values = [getattr(r, name) for r in rows]
-    heading, factor = scale([v * size for v in values if v is not None], unit)
-    return heading, ["" if v is None else significant(v * size * factor, 3) for v in values]
-
-
 def speedup_text(speedup: float) -> str:
     """torch's time over the best config's, in words."""
     if abs(speedup - 1) < 0.005:
@@ -201,70 +125,5 @@ def baseline_note(b: Baseline) -> str:
         notes.append("Triton interpreted on the CPU against torch compiled: not a speed "
                      "comparison")
     return f" ({'; '.join(notes)})" if notes else ""
-
-
-@dataclass(frozen=True)
-class ErrorGroup:
-    """Failed trials whose errors have the same cause: a status and a first line that
-    differ in numbers alone."""
-
-    status: str
-    count: int
-    example: str  # the first such trial's first line
-    index: int  # that trial's index
-
-
-def common_errors(table: pa.Table, top: int = 5) -> list[ErrorGroup]:
-    """The commonest failures of a trial table (columns index, status, error), commonest
-    first (ties: the lower index)."""
-    rows = zip(table.column("index").to_pylist(), table.column("status").to_pylist(),
-               table.column("error").to_pylist())
-    return _group(((i, s, e) for i, s, e in rows if s not in ("ok", PRUNED)), top)
-
-
-def _group(failures: Iterable[tuple[int, str, str | None]], top: int) -> list[ErrorGroup]:
-    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    for index, status, error in sorted(failures):
-        line = (error or "").strip().splitlines()[0][:200] if (error or "").strip() \
-            else "(no error text)"
-        groups.setdefault((status, _NUMBER.sub("#", line)), []).append((index, line))
-    ranked = sorted(groups.items(), key=lambda g: (-len(g[1]), g[1][0][0]))
-    return [ErrorGroup(status, len(members), members[0][1], members[0][0])
-            for (status, _), members in ranked[:top]]
-
-
-def resume_command(path: Path) -> str:
-    return f"sweep resume {shlex.quote(str(path))}"
-
-
-def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str:
-    """How much of the space a run has done; a search's pruned configs are not trials.
-    most: the trials a search still going runs at most (its budget)."""
-    if pruned:
-        return f"{done - pruned} of {total} configs run, {pruned} pruned by the search"
-    if most is not None and most < total:
-        return f"{done} of at most {most} trials (a search of {total} configs)"
-    return f"{done} of {total} trials"
-
-
-def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
-                  elapsed_s: float, resume_options: str = "", most: int | None = None) -> None:
-    """most: the trials a search runs at most (see how_many)."""
-    counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
-    done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0), most)
-    say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
-    if tally.best:
-        partial = "" if state == "complete" else " (partial)"
-        # On a cluster of several device types, the best of each (the fastest first).
-        bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
-            if len(tally.by_device) > 1 else [tally.best]
-        for b in bests:
-            say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
-                     f"{significant(b.latency_ms)} ms on {b.device}{partial}")
-    else:
-        say(out, "  best: none (no trial succeeded)")
-    say(out, f"  results: {path}/trials.parquet")
-    if state != "complete":
-        say(out, f"  resume with: {resume_command(path)}{resume_options}")
 
 

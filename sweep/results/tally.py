@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.records import PRUNED, TrialRecord
-from storage.snapshot import Best
+from storage.records import PRUNED, Best, TrialRecord
 
 LEADERS = 16  # how many of the fastest a tally keeps, for re-timing finalists
 

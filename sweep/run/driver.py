@@ -2,10 +2,10 @@
 
 Each worker keeps `depth` batches' worth of trials in flight (from when it is up; one that
 announces its trials, from its start), dealt from the queue like cards; as records arrive
-(events from a Runtime, see sweep/engines/runtime.py) they are committed to the run's log in one
-durable write per COMMIT_EVERY_S (on a thread, overlapping the loop) and only then
-counted. Because records stream, the driver
-knows which trial each worker is running and since when, so:
+(events from a Runtime, see sweep/engines/runtime.py) they are committed to the run's log
+in one durable write per COMMIT_EVERY_S (sweep/run/group_commit.py) and only then counted.
+Because records stream, the driver knows which trial each worker is running and since
+when, so:
 - a trial past its timeout is recorded `timeout`, its worker killed and replaced; a worker
   that makes no progress between batches, or waits on its compiles past the compile limit,
   is replaced without blaming a trial;
@@ -18,12 +18,8 @@ knows which trial each worker is running and since when, so:
 Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
 out trials; records carry wall-clock times.
 
-Workers with a compile pool run whichever of their configs has compiled first and announce
-each trial as it begins (TrialBegan); for them "running" is what was announced last (and
-with nothing announced, a death falls on the first unfinished trial of the oldest batch
-begun, as the announcement may have died with the worker). Other workers run trials in
-the order sent, and the first unfinished one is running. A stop awaits the trials running
-when it came, not those begun after it.
+Which trial a worker is running is its slot's to say (sweep/run/slots.py). A stop awaits
+the trials running when it came, not those begun after it.
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
-from actors.timing import Retimed, Timing
 from storage.records import TrialOutcome, TrialRecord
 from sweep.engines.runtime import (
     BatchBegan,
@@ -50,136 +43,20 @@ from sweep.engines.runtime import (
     WorkerUp,
 )
 from sweep.results.tally import Tally
+from sweep.run.contracts import Ending, Limits, Observer, SpentAttempt, TrialLog
+from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
+from sweep.run.retiming import DriverFailed, Retiming
+from sweep.run.slots import HeldBatch, Slot
 from sweep.search.scheduling import AdaptiveLimit
 from sweep.spec.space import Space
 
-Ending = Literal["complete", "stopped", "budget"]
-COMMIT_EVERY_S = 0.02  # the longest a finished trial waits for its durable write
 _UNSENT: dict[str, Any] = {}  # never changed
-
-
-@dataclass(frozen=True)
-class SpentAttempt:
-    """An attempt that ended without a record: its worker "died", or the run was
-    "interrupted" while it ran. Resume numbers the next attempt after it. why: how the
-    worker died, in one line."""
-
-    index: int
-    attempt: int
-    event: Literal["died", "interrupted"]
-    why: str | None = None
-
-
-class TrialLog(Protocol):
-    """Where finished trials go: durably, before they count (see sweep/run/rundir.py). lines:
-    each record's journal line where its worker encoded it (else None), aligned with
-    records: encoding is most of the driver's cost per trial, and workers run in parallel."""
-
-    def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],
-               lines: list[bytes | None]) -> None: ...
-
-
-class Observer(Protocol):
-    """A narrow hook for progress displays and the like; called on the driver's thread."""
-
-    def on_records(self, records: list[TrialRecord], tally: Tally) -> None: ...
-
-    def on_event(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Limits:
-    trial_timeout_s: float
-    max_retries: int
-    drain_s: float
-    snapshot_every_s: float
-    batch_size: int = 1
-    depth: int = 2
-    max_trials: int | None = None
-    start_timeout_s: float = 60.0
-    hint_span: int = 0  # how far down the queue idle compile pools may look
-    max_failed_starts: int = 3  # consecutive deaths of one slot's workers before any trial
-    announced: bool = False  # workers announce each trial's start and may run any order
-    compile_wait_s: float = 0.0  # how long such a worker may wait on compiles, past the
-    # trial timeout, before it is replaced (the compile limit bounds a wait)
-
-    @property
-    def max_batches(self) -> int:
-        """Batches a worker may hold at once. One that runs its trials in any order gets
-        a new batch whenever a batch's worth of its trials is done, even if a slow compile
-        keeps an older batch open: held batches are then more than depth."""
-        return 4 * self.depth if self.announced else self.depth
-
-
-@dataclass
-class _Batch:
-    number: int
-    trials: list[Trial]  # those not reported yet
-    probation: bool = False  # a lone suspect: a death now is certainly its own
-    started: bool = False
-
-    @property
-    def pending(self) -> bool:
-        return bool(self.trials)
-
-    def unfinished(self) -> list[Trial]:
-        return self.trials
-
-    def find(self, index: int) -> int | None:
-        for k, trial in enumerate(self.trials):
-            if trial[0] == index:
-                return k
-        return None
-
-    def take(self, records: Sequence[TrialRecord]) -> set[int]:
-        """Mark these records' trials reported; returns the indices that were pending
-        here (a record for anything else is stale and ignored)."""
-        reported = {r.index for r in records}
-        done = {t[0] for t in self.trials if t[0] in reported}
-        if done:
-            self.trials = [t for t in self.trials if t[0] not in done]
-        return done
-
-
-@dataclass
-class _Slot:
-    """A place for one worker; it outlives the workers that fill it."""
-
-    name: str = ""
-    kind: str = ""  # the device type its workers ask for ("" any)
-    batches: deque[_Batch] = field(default_factory=deque)
-    device: str = "unknown"
-    node: str = "unknown"
-    up: bool = False
-    born: float = 0.0  # when its worker was started
-    since: float = 0.0  # when its current trial became due (monotonic)
-    sent: int = 0  # batches sent to this worker
-    failed_starts: int = 0
-    running: int | None = None  # the trial it announced last and has not reported
-    began: int = -1  # the ordinal of that announcement
-
-    @property
-    def on_probation(self) -> bool:
-        return any(b.probation for b in self.batches)
-
-    def unfinished(self) -> list[Trial]:
-        return [t for b in self.batches for t in b.unfinished()]
-
-    def head(self) -> _Batch | None:
-        """The batch whose trial is due now."""
-        return next((b for b in self.batches if b.pending), None)
-
-
 _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_trial_began",
                             TrialBegan: "first_trial_began", TrialsDone: "first_trial_done",
                             BatchDone: "first_batch_done", WorkerLost: "first_worker_lost"}
 
 
-class DriverFailed(Exception):
-    """No worker can be started (every attempt died before running a trial)."""
-
-
-class Driver:
+class Driver(Retiming):
     def __init__(self, space: Space, runtime: Runtime, workers: int, limits: Limits,
                  log: TrialLog, tally: Tally, todo: Iterable[int], spent: dict[int, int],
                  deaths: dict[int, int], should_stop: Callable[[], bool],
@@ -213,7 +90,7 @@ class Driver:
         self.compile_limit = compile_limit
         self._pushed_limit = compile_limit.current.seconds if compile_limit else None
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
-        self.slots: list[_Slot] = []
+        self.slots: list[Slot] = []
         self.kinds = list(kinds)
         # Each device type's torch and Triton versions, as its workers report them.
         self.versions: dict[str, dict[str, str]] = {}
@@ -224,18 +101,14 @@ class Driver:
         self.timeline: dict[str, float] = {}
         self._serial = 0
         self._hinted: set[int] = set()
-        self._records: list[TrialRecord] = []
-        self._lines: list[bytes | None] = []
-        self._attempts: list[SpentAttempt] = []
+        self.commits = GroupCommit()
         self._stopping = False
         # What a stop awaits: (worker, trial announced running) or (worker, batch begun).
         self._draining: set[tuple[str, int | None]] = set()
         self._committed = 0.0  # when _commit last ran (monotonic)
-        self._writer: ThreadPoolExecutor | None = None
-        self._writing: Future[list[TrialRecord]] | None = None  # a group being made durable
 
     # --- workers -------------------------------------------------------------------------
-    def _start(self, slot: _Slot) -> None:
+    def _start(self, slot: Slot) -> None:
         """A new worker in the slot; what the slot learnt of failures so far stays."""
         self._serial += 1
         slot.name = f"w{self._serial}"
@@ -244,14 +117,14 @@ class Driver:
         slot.born = self.runtime.monotonic()
         self.runtime.start(slot.name, slot.kind)
 
-    def _replace(self, slot: _Slot) -> None:
+    def _replace(self, slot: Slot) -> None:
         self.runtime.kill(slot.name)
         if self._stopping:  # no new workers for a run that is ending
             self.slots.remove(slot)
         else:
             self._start(slot)
 
-    def _give_up(self, slot: _Slot, why: str) -> None:
+    def _give_up(self, slot: Slot, why: str) -> None:
         """Go on without this slot; with none left, the run has failed."""
         self.runtime.kill(slot.name)
         self.slots.remove(slot)
@@ -260,7 +133,7 @@ class Driver:
             raise DriverFailed(why)
         self._event(f"{why}; going on with {len(self.slots)} worker(s)")
 
-    def _slot(self, worker: str) -> _Slot | None:
+    def _slot(self, worker: str) -> Slot | None:
         return next((s for s in self.slots if s.name == worker), None)
 
     def _check_starts(self) -> None:
@@ -285,7 +158,7 @@ class Driver:
         # A search queues its batches as outcomes come in: every worker has work soon.
         wanted = self.workers if self.feed else min(self.workers, max(1, len(self.queue)))
         for k in range(wanted):
-            slot = _Slot(kind=self.kinds[k] if self.kinds else "")
+            slot = Slot(kind=self.kinds[k] if self.kinds else "")
             self.slots.append(slot)
             self._start(slot)
         last_snapshot = self.runtime.monotonic()
@@ -309,7 +182,7 @@ class Driver:
                 # With a write in flight, look for events without waiting for any: if none
                 # came, the write is awaited (below) rather than left uncounted.
                 events = self.runtime.poll(
-                    0.0 if self._writing is not None else self._wait_budget(stopping_at))
+                    0.0 if self.commits.writing is not None else self._wait_budget(stopping_at))
                 for event in events:
                     self._handle(event)
                 self._check_timeouts()
@@ -349,7 +222,7 @@ class Driver:
         if any(b.pending for s in self.slots for b in s.batches):
             return False
         # A feed queues more as records are counted: none may wait uncounted.
-        if self.feed is not None and (self._writing is not None or self._records):
+        if self.feed is not None and self.commits.pending:
             return False
         return not self.queue or self._budget_left() <= 0
 
@@ -363,70 +236,12 @@ class Driver:
         deadlines = [now + 0.25]
         for slot in self.slots:
             if slot.up and slot.head() is not None:
-                deadlines.append(slot.since + self._allowance(slot))
+                deadlines.append(slot.since + slot.allowance(self.limits))
             elif not slot.up:
                 deadlines.append(slot.born + self.limits.start_timeout_s)
         if stopping_at is not None:
             deadlines.append(stopping_at)
         return max(min(deadlines) - now, 0.0)
-
-    def retime(self, configs: list[dict[str, Any]], rounds: int,
-               device: str | None = None) -> Retimed:
-        """Re-time finalists interleaved on one worker, so they share one device's
-        conditions: one of the given device type, if any; with them the kernel's torch
-        baseline, where the backend runs one. Call after a complete run, before close()."""
-        slot = self._worker_on(device)
-        # Each round times every finalist once: about one trial's worth of work.
-        return self.runtime.retime(slot.name, configs, rounds,
-                                   rounds * self.limits.trial_timeout_s, self.should_stop)
-
-    def retime_spread(self, configs: list[dict[str, Any]], device: str) -> list[Timing]:
-        """Time each config once more with the careful timing, spread over every worker
-        up on the device type at once (a successive-halving rung, see sweep/search/strategies.py);
-        the timings in the configs' order."""
-        slots = [s for s in self.slots if s.up and s.device == device] or \
-            [self._worker_on(device)]
-        shares = [configs[k::len(slots)] for k in range(len(slots))]
-        with ThreadPoolExecutor(len(slots), thread_name_prefix="rung") as pool:
-            results = list(pool.map(
-                lambda slot, share: self.runtime.retime(
-                    slot.name, share, 1, max(1, len(share)) * self.limits.trial_timeout_s,
-                    self.should_stop) if share else Retimed([]), slots, shares))
-        out: list[Timing] = [Timing(float("inf"), float("inf"), float("inf"))] * len(configs)
-        for k, retimed in enumerate(results):
-            for j, timing in enumerate(retimed.finalists):
-                out[k + j * len(slots)] = timing
-        return out
-
-    def _worker_on(self, device: str | None) -> _Slot:
-        """A worker that is up (on the device type, if given); started if there is none
-        (a resumed run whose trials were all done before, a type whose workers died)."""
-        def fits(s: _Slot) -> bool:
-            return s.up and device in (None, s.device)
-
-        slot = next((s for s in self.slots if fits(s)), None)
-        if slot is not None:
-            return slot
-        known = self._kind_of.get(device or "")
-        for kind in [known] if known is not None else dict.fromkeys(self.kinds or [""]):
-            slot = self._await_worker(kind)
-            if fits(slot):
-                return slot
-        raise DriverFailed(f"no worker on a {device} came up for re-timing")
-
-    def _await_worker(self, kind: str = "") -> _Slot:
-        slot = _Slot(kind=kind)
-        self.slots.append(slot)  # close() stops it
-        self._start(slot)
-        while not slot.up:
-            if self.runtime.monotonic() - slot.born >= self.limits.start_timeout_s:
-                raise DriverFailed("no worker started for re-timing within "
-                                   f"run.start_timeout_s={self.limits.start_timeout_s:g} s")
-            for event in self.runtime.poll(0.25):
-                self._handle(event)
-            if slot not in self.slots:
-                raise DriverFailed("the worker started for re-timing died")
-        return slot
 
     # --- handing out work ----------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -435,7 +250,7 @@ class Driver:
             for slot in self.slots:
                 # A worker that announces its trials gets work while it starts: its compile
                 # pool begins on it at once, and a death before any trial began blames none.
-                if not (slot.up or self.limits.announced) or not self._has_room(slot) \
+                if not (slot.up or self.limits.announced) or not slot.has_room(self.limits) \
                         or slot.on_probation:
                     continue
                 if self.queue[0][0] in self.probation:
@@ -448,7 +263,7 @@ class Driver:
             if not takers or self.queue[0][0] in self.probation or not self._deal(takers):
                 return
 
-    def _deal(self, takers: list[_Slot]) -> int:
+    def _deal(self, takers: list[Slot]) -> int:
         """A batch for each taker, dealt from the queue like cards: the queue's head holds
         the slowest compiles (see scheduling.py), which go to every worker's compile pool
         alike rather than all to one. Returns how many trials went out."""
@@ -469,15 +284,7 @@ class Driver:
                 self._submit(slot, hand)
         return dealt
 
-    def _has_room(self, slot: _Slot) -> bool:
-        if len(slot.batches) >= self.limits.max_batches:
-            return False
-        if not self.limits.announced:
-            return True
-        held = sum(len(b.trials) for b in slot.batches)
-        return held <= (self.limits.depth - 1) * self.limits.batch_size
-
-    def _submit(self, slot: _Slot, trials: list[Trial], probation: bool = False) -> None:
+    def _submit(self, slot: Slot, trials: list[Trial], probation: bool = False) -> None:
         configs = self.space.configs([i for i, _, _ in trials])
         trials = [(i, config, attempt) for (i, _, attempt), config in zip(trials, configs)]
         if slot.head() is None:  # an idle worker: this batch is due now
@@ -486,7 +293,7 @@ class Driver:
         self.first_dispatch_at = self.first_dispatch_at or self.runtime.time()
         self.runtime.submit(slot.name, slot.sent, trials, self._ahead(),
                             self.compile_limit.current if self.compile_limit else None)
-        slot.batches.append(_Batch(slot.sent, list(trials), probation=probation))
+        slot.batches.append(HeldBatch(slot.sent, list(trials), probation=probation))
         slot.sent += 1
 
     def _ahead(self) -> list[tuple[int, dict[str, Any]]]:
@@ -520,11 +327,11 @@ class Driver:
             if all(s.up for s in self.slots):
                 self.timeline.setdefault("all_workers_up", self.runtime.time())
         elif isinstance(event, BatchBegan):
-            batch = self._batch(slot, event.batch)
+            batch = slot.batch(event.batch)
             if batch is not None:
                 batch.started, slot.since = True, now
         elif isinstance(event, TrialBegan):
-            batch = self._batch(slot, event.batch)
+            batch = slot.batch(event.batch)
             if batch is not None and event.ordinal > slot.began:
                 batch.started, slot.since = True, now
                 slot.running, slot.began = event.index, event.ordinal
@@ -534,14 +341,13 @@ class Driver:
                 if self.compile_limit is not None:
                     self._push_limit()
         elif isinstance(event, TrialsDone):
-            batch = self._batch(slot, event.batch)
+            batch = slot.batch(event.batch)
             done = batch.take(event.records) if batch is not None else set()
             if not done:
                 return
             for record, line in zip(event.records, event.lines):
                 if record.index in done:
-                    self._records.append(record)
-                    self._lines.append(line)
+                    self.commits.add(record, line)
             if slot.running in done:
                 slot.running = None
             slot.since, slot.failed_starts = now, 0
@@ -552,35 +358,7 @@ class Driver:
         elif isinstance(event, WorkerLost):
             self._worker_lost(slot, event)
 
-    @staticmethod
-    def _batch(slot: _Slot, number: int) -> _Batch | None:
-        return next((b for b in slot.batches if b.number == number), None)
-
-    def _current(self, slot: _Slot) -> tuple[_Batch, Trial] | None:
-        """The trial the slot's worker is running now, as far as the driver knows: the one
-        it announced, or (for workers that run in order) the first unfinished one."""
-        if self.limits.announced:
-            for batch in slot.batches:
-                k = batch.find(slot.running) if slot.running is not None else None
-                if k is not None:
-                    return batch, batch.trials[k]
-            return None
-        head = slot.head()
-        return (head, head.trials[0]) if head is not None else None
-
-    def _guess(self, slot: _Slot) -> tuple[_Batch, Trial] | None:
-        """A worker that announces its trials died with none announced running: the
-        message saying which began may have died with it (else a config that kills its
-        worker at once could go round forever). The first unfinished trial of the oldest
-        batch it began (or, once up, held) is a suspect, as for workers that run in order;
-        alone on probation, a suspect is certainly to blame."""
-        if not self.limits.announced:
-            return None
-        began = next((b for b in slot.batches if b.started and b.trials), None) or \
-            (slot.head() if slot.up else None)
-        return (began, began.trials[0]) if began is not None else None
-
-    def _worker_lost(self, slot: _Slot, event: WorkerLost) -> None:
+    def _worker_lost(self, slot: Slot, event: WorkerLost) -> None:
         rest = slot.unfinished()
         began = slot.running is not None or any(b.started for b in slot.batches)
         if event.init_failed or (not slot.up and not began):
@@ -596,13 +374,13 @@ class Driver:
             self._replace(slot)
             self._requeue(rest)
             return
-        current = self._current(slot) or self._guess(slot)
+        current = slot.current(self.limits.announced) or slot.guess(self.limits.announced)
         if current is not None:
             batch, (index, config, attempt) = current
             rest = [t for t in rest if t[0] != index]
             confirmed = batch.probation
             self.deaths[index] = self.deaths.get(index, 0) + 1
-            self._attempts.append(SpentAttempt(index, attempt, "died", event.why))
+            self.commits.attempts.append(SpentAttempt(index, attempt, "died", event.why))
             self._event(f"worker {slot.name} died running trial {index} (attempt {attempt}"
                         f"{', alone' if confirmed else ''}): {event.why}")
             if confirmed and self.deaths[index] > self.limits.max_retries:
@@ -618,16 +396,16 @@ class Driver:
 
     def _check_timeouts(self) -> None:
         for slot in list(self.slots):
-            if not self._overdue(slot):
+            if not slot.overdue(self.limits, self.runtime.monotonic()):
                 continue
             for event in self.runtime.settle(slot.name, 0.0):  # take what already arrived
                 self._handle(event)
-            if slot not in self.slots or not self._overdue(slot):
+            if slot not in self.slots or not slot.overdue(self.limits, self.runtime.monotonic()):
                 continue
             head = slot.head()
             assert head is not None
             rest = slot.unfinished()
-            current = self._current(slot)
+            current = slot.current(self.limits.announced)
             if current is None or not current[0].started:
                 # Nothing began (it finished a batch and never began the next, or waited on
                 # compiles past their limit): the worker, not a trial, stopped (a frozen
@@ -637,7 +415,7 @@ class Driver:
                     f" + the compile limit {self.limits.compile_wait_s:g} s" if waiting else "")
                 where = "waiting on compiles" if self.limits.announced else "between batches"
                 self._event(f"worker {slot.name} made no progress for "
-                            f"{self._allowance(slot):g} s {where} ({rule}): "
+                            f"{slot.allowance(self.limits):g} s {where} ({rule}): "
                             "the driver ends it and starts another")
                 self._replace(slot)
                 self._requeue(rest)
@@ -653,59 +431,21 @@ class Driver:
             self._replace(slot)
             self._requeue([t for t in rest if t[0] != index])
 
-    def _allowance(self, slot: _Slot) -> float:
-        """How long the slot may go without progress: a trial's timeout, and for a worker
-        waiting on its compiles (nothing announced) the compile limit on top."""
-        waiting = self.limits.announced and slot.running is None
-        return self.limits.trial_timeout_s + (self.limits.compile_wait_s if waiting else 0.0)
-
-    def _overdue(self, slot: _Slot) -> bool:
-        return slot.up and slot.head() is not None and \
-            self.runtime.monotonic() - slot.since >= self._allowance(slot)
-
-    def _record_failure(self, slot: _Slot, index: int, config: dict[str, Any], attempt: int,
+    def _record_failure(self, slot: Slot, index: int, config: dict[str, Any], attempt: int,
                         outcome: TrialOutcome) -> None:
-        now = self.runtime.time()
-        started = now - (self.runtime.monotonic() - slot.since)
-        self._records.append(TrialRecord.from_outcome(
-            index, config, outcome, device=slot.device, node=slot.node, worker=slot.name,
-            attempt=attempt, started_at=started, finished_at=now))
-        self._lines.append(None)
+        self.commits.add(slot.record(index, config, attempt, outcome, self.runtime.time(),
+                                     self.runtime.monotonic()))
 
     def _requeue(self, trials: list[Trial]) -> None:
         self.dispatched -= len(trials)
         self.queue.extendleft(reversed(trials))
 
     def _commit(self, final: bool = False) -> None:
-        """Group commit: one durable write, then the trials count as done. Pipelined: a
-        group's write (its fsync most of all) runs on a thread while the loop goes on, and
-        its trials count once it is durable, when the next group is handed over; with
-        final, everything is written and counted before this returns. A failed write
-        raises here."""
+        """Group commit (see group_commit.py): the trials of each group count once it is
+        durable; with final, everything is written and counted before this returns."""
         self._committed = self.runtime.monotonic()
-        group = bool(self._records or self._attempts)
-        if self._writing is not None and (final or group or self._writing.done()):
-            # Taken off only once durable and counted: a KeyboardInterrupt while waiting
-            # (an API caller's second Ctrl+C) leaves it for close() to count.
-            written = self._writing.result()
-            self._writing = None
-            self._count(written)
-        if not group:
-            return
-        records, attempts, lines = self._records, self._attempts, self._lines
-        self._records, self._attempts, self._lines = [], [], []
-        if final:
-            self.log.commit(records, attempts, lines)
+        for records in self.commits.commit(self.log, final):
             self._count(records)
-            return
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="journal")
-
-        def write() -> list[TrialRecord]:
-            self.log.commit(records, attempts, lines)
-            return records
-
-        self._writing = self._writer.submit(write)
 
     def _count(self, records: list[TrialRecord]) -> None:
         if not records:
@@ -750,13 +490,11 @@ class Driver:
                 # the worker began counts its running trial as an attempt spent.
                 for event in self.runtime.settle(slot.name, 0.0):
                     self._handle(event)
-                current = self._current(slot)
+                current = slot.current(self.limits.announced)
                 if current is not None and current[0].started:
                     index, _, attempt = current[1]
-                    self._attempts.append(SpentAttempt(index, attempt, "interrupted"))
+                    self.commits.attempts.append(SpentAttempt(index, attempt, "interrupted"))
             self.runtime.kill(slot.name)
         self.slots = []
         self._commit(final=True)
-        if self._writer is not None:
-            self._writer.shutdown()
-            self._writer = None
+        self.commits.close()

@@ -10,7 +10,6 @@ import platform
 import threading
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,17 @@ from storage.journal import (
     Journal,
     RecordCheck,
     latest_per_index,
-    line_mark,
     read_journal,
 )
+from storage.journal_file import line_mark
 from storage.lines import encode, encode_attempt
 from storage.readback import ReadBackError, printable, read_json
 from storage.records import TrialRecord
 from storage.snapshot import RunState, Snapshot, checksum, write_best, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
+from storage.versions import installed_versions
 from sweep.results.tally import Tally
-from sweep.run.driver import SpentAttempt
+from sweep.run.contracts import SpentAttempt
 from sweep.search.strategies import SearchPlan
 from sweep.spec import BACKENDS, Spec, SpecError, name_problem
 from sweep.spec.space import Space
@@ -153,14 +153,9 @@ def read_meta(run: RunDir) -> dict[str, Any]:
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist, key in (("torch", "torch"), ("triton", "triton"), ("ray", "ray"),
-                      ("triton-sweep", "project")):
-        try:
-            out[key] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[key] = "absent"
-    return out
+    return {"python": platform.python_version(),
+            **installed_versions({"torch": "torch", "triton": "triton", "ray": "ray",
+                                  "triton-sweep": "project"})}
 
 
 def snapshot_of(spec: Spec, tally: Tally, state: RunState,

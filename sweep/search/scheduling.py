@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from actors.compile_pool import CompileLimit, compile_weight
+from actors.protocol import CompileLimit, compile_weight
 from storage.records import TrialRecord
 from sweep.spec.space import Space
 

@@ -1,9 +1,9 @@
-"""Numbers as a person reads them, for every view of a run (the text report, the HTML
-report and its page's own script, the PNGs): never scientific notation in the range a run
-produces, rates in the SI unit that puts them between 1 and 1000, one unit per column.
+"""Numbers as a person reads them, in every view of a run alike: never scientific notation
+in the range a run produces, rates in the SI unit that puts them between 1 and 1000.
 
-The HTML page formats in JavaScript by the same rules (report_html's `num`); JSON output
-stays numeric and is not formatted here.
+The text report, the HTML report and the PNGs format here, one unit per column; the HTML
+page's own script formats by the same rules (page.html's `num`); JSON output stays numeric
+and is not formatted here.
 """
 
 from __future__ import annotations

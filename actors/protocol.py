@@ -1,0 +1,145 @@
+"""What the driver side and a worker exchange, as plain records: the seam's types, below
+both sides, so the driver's rules and the runtimes depend on no worker's insides.
+
+A worker is handed its WorkerSettings once and Batches after; it answers a batch with a
+stream of messages (BatchStarted, TrialStarted, Note, Finished), which each runtime turns
+into the driver's events (sweep/engines/runtime.py), and a re-timing with Retimed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.records import TrialRecord
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+
+
+@dataclass(frozen=True)
+class Retimed:
+    """The finalists re-timed side by side, in the order given, and torch's way of doing
+    the same job timed in the same rotation where the backend runs kernels (None
+    elsewhere, or when it failed): the baseline a user compares the winner against.
+    baseline_of: the kernel's function that was timed, "baseline" or (a kernel without
+    one) "reference"."""
+
+    finalists: list[Timing]
+    baseline: Timing | None = None
+    baseline_of: str = "baseline"
+
+
+@dataclass(frozen=True)
+class CompileLimit:
+    """How long one compile may take: a fixed limit (run.compile_timeout_s, or the trial
+    timeout), or one the driver derived from this run's own compile times."""
+
+    seconds: float
+    p90_s: float | None = None  # the run's p90 it was derived from
+
+    def why(self, elapsed_s: float) -> str:
+        if self.p90_s is None:
+            return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
+        return (f"compile {elapsed_s:.0f} s, {elapsed_s / self.p90_s:.0f}x this run's p90 of "
+                f"{self.p90_s:.2g} s: stopped at the run's adaptive limit of "
+                f"{self.seconds:.0f} s (set run.compile_timeout_s to change it)")
+
+
+def compile_weight(config: Mapping[str, Any]) -> float:
+    """How slow a config is likely to compile: the product of its integer parameters
+    (tile sizes, warps, stages). Only the order matters."""
+    weight = 1.0
+    for value in config.values():
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            weight *= value
+    return weight
+
+
+@dataclass(frozen=True)
+class BatchStarted:
+    """The worker began a batch: one of its trials is running."""
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    """The trial `index` began on the device; `ordinal` counts the trials this worker began
+    before it, so that the driver can tell the latest start when a worker's streams are
+    read out of order."""
+
+    index: int
+    ordinal: int
+    ahead: bool = False  # compiled ahead by the pool (its processes are up), not inline
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the user should know about the worker that is no trial's outcome (its
+    compile pool fell back, or is down, and why); said once."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Records of trials that finished one after another, and their journal lines, encoded
+    here when the worker knows the run (WorkerSettings.run): encoding is most of the
+    driver's cost per trial otherwise. Pickled as plain values, for the same reason."""
+
+    records: tuple[TrialRecord, ...]
+    lines: tuple[bytes | None, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _finished, ([r.values() for r in self.records], self.lines)
+
+
+def _finished(values: list[tuple[Any, ...]], lines: tuple[bytes | None, ...]) -> Finished:
+    return Finished(tuple(map(TrialRecord.from_values, values)), lines)
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """The runner thread raised (a bug): the batch's stream ends in this error."""
+
+    text: str
+
+
+WorkerMessage = BatchStarted | TrialStarted | Note | Finished
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What TrialWorker.run gets. One object, so Ray pickles it whole: given a list, Ray's
+    msgpack walks every trial in Python, a cost per trial the driver pays."""
+
+    number: int
+    trials: list[tuple[int, dict[str, Any], int]]  # index, config, attempt
+    ahead: Sequence[tuple[int, dict[str, Any]]] = ()
+    limit: CompileLimit | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs to build its backend; plain data, so Ray ships it cheaply."""
+
+    backend: str  # cuda | interpret | simulate | replay
+    kernel: str
+    problem: Mapping[str, Any]
+    trial_timing: tuple[float, float]  # (warmup_ms, rep_ms) of each config's timing
+    finalist_timing: tuple[float, float]  # and of the finalists' re-timing
+    tolerance: tuple[float, float] | None
+    seed: int
+    simulate: Mapping[str, Any]
+    compile_workers: int = 0  # processes compiling ahead of the GPU (cuda, replay)
+    compile_timeout_s: float = 60.0  # the fixed limit until the driver sends another
+    kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
+    replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
+    # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
+    prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
+    run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
+    # Keyword arguments passed on every launch and compile besides the config's.
+    fixed: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,183 @@
+"""The finish of a run once its trials are done: a search's pruned rows, successive
+halving's rungs, and the finalists re-timed side by side, which decide the best.
+
+One pass picks winners by noise as much as by speed, so the fastest few are timed again
+together on each device type before a best is final; a stop that cuts this short leaves
+the run `unsettled`, whose best the cache does not take.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.records import PRUNED, Best, TrialRecord, canonical_json
+from sweep.engines.runtime import RetimeAbandoned
+from sweep.results.tally import LEADERS, Tally
+from sweep.run import rundir
+from sweep.run.assembly import Assembly, interpreted_options
+from sweep.run.driver import Driver
+from sweep.run.progress import ProgressReporter
+from sweep.run.retiming import DriverFailed
+from sweep.run.rundir import RunDir, RunLog
+from sweep.search.strategies import Search, rungs
+from sweep.spec import Spec
+from sweep.spec.space import Space
+
+PRUNE_CHUNK = 10_000  # pruned rows journaled at once
+
+
+@dataclass
+class Finish:
+    """What the finish decided: the finalists' re-timing, the torch baseline's timing by
+    device type, and whether a stop left the best one pass's (unsettled)."""
+
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsettled: bool = False
+
+
+def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: str,
+                 work: Assembly, log: RunLog, progress: ProgressReporter, backend: str,
+                 should_stop: Callable[[], bool], timeline: dict[str, float]) -> Finish:
+    """The finish of a run whose driver ended `ending`; timeline gains its moments."""
+    tally = work.tally
+    search = work.search
+    if search is not None and ending == "complete" and search.settled() and not should_stop():
+        prune(spec, space, search, work.pruned_before, work.spent, log, tally, progress)
+    timeline.update(driver.timeline, trials_done=time.time())
+    if ending != "complete":
+        return Finish()
+    if should_stop():  # stopped as the last trial or a rung ended
+        return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
+                                    for d in tally.devices))
+    promoted = halve(run, spec, space, driver, progress, should_stop) \
+        if spec.search.strategy == "halving" else None
+    if should_stop():
+        return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
+                                    for d in tally.devices))
+    done = retime_finalists(spec, driver, tally, progress, should_stop, backend, promoted)
+    timeline["finalists_done"] = time.time()
+    return done
+
+
+def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
+          spent: dict[int, int], log: RunLog, tally: Tally, progress: ProgressReporter) -> None:
+    """The search is over: every config it did not run gets its `pruned` row, durably, as
+    a trial's record would; one pruned before keeps its row (and counts again)."""
+    pruned = search.pruned(len(space))
+    kept: set[int] = set()
+    if before is not None:  # those it prunes again; one it ran since is superseded
+        still = before.filter(pc.is_in(before.column("index"), pa.array(pruned, pa.int64())))
+        kept = set(still.column("index").to_pylist())
+        tally.add(rundir.rows_as_records(still))
+    now = time.time()
+    todo = [i for i in pruned if i not in kept]
+    for start in range(0, len(todo), PRUNE_CHUNK):  # a big space's, a chunk at a time
+        records = [TrialRecord(
+            index=i, config=space.config(i), status=PRUNED, latency_ms=None,
+            latency_p20_ms=None, latency_p80_ms=None, validation="skipped", error=None,
+            compile_ms=None, device="", node="", worker="",
+            attempt=spent.get(i, 0) + 1, started_at=now, finished_at=now)
+            for i in todo[start:start + PRUNE_CHUNK]]
+        log.commit(records, [], [None] * len(records))
+        tally.add(records)
+    if todo or kept:
+        progress.on_event(f"the {spec.search.strategy} search is over after "
+                          f"{len(search.known)} configs; {len(todo) + len(kept)} pruned")
+
+
+def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
+          should_stop: Callable[[], bool]) -> dict[str, list[Best]] | None:
+    """Successive halving's rungs after its screened sample: on each device type, 1/eta
+    of the configs that worked are re-timed carefully across every worker at once, then
+    1/eta of those, down to the finalists, which are returned, fastest first (None: a
+    rung failed or was stopped, the one pass's leaders stand)."""
+    records = rundir.load_records(run, spec, space).records
+    ok = records.filter(pc.equal(records.column("status"), "ok"))
+    out: dict[str, list[Best]] = {}
+    keep = max(1, spec.run.finalists)
+    for device in sorted(set(ok.column("device").to_pylist())):
+        rows = ok.filter(pc.equal(ok.column("device"), device)).to_pylist()
+        rung = [Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
+                for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))]
+        for level, size in enumerate(rungs(len(rung), spec.search.eta, keep), 1):
+            if should_stop():  # a fast backend's rungs end between two checks of it
+                return None
+            rung = rung[:size]
+            progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
+                              f"{device} carefully, on every worker at once")
+            try:
+                timings = driver.retime_spread([b.config for b in rung], device)
+            except (DriverFailed, RetimeAbandoned) as e:
+                progress.on_event(f"rung {level} failed, keeping the one pass's order: "
+                                  f"{str(e)[:200]}")
+                return None
+            order = sorted(range(len(rung)), key=lambda k: (timings[k].median_ms,
+                                                            rung[k].index))
+            rung = [rung[k] for k in order]
+        out[device] = rung[:keep]
+    return out
+
+
+def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: ProgressReporter,
+                     should_stop: Callable[[], bool], backend: str,
+                     promoted: dict[str, list[Best]] | None = None) -> Finish:
+    """Re-time the fastest few side by side and let that decide the best: on each device
+    type the records name, on a device of that type. Updates tally's bests. promoted:
+    each device type's finalists, where halving's rungs chose them. On the interpreter,
+    configs that differ only in launch options are one program: each is re-timed once,
+    as its fastest one-pass config."""
+    done = Finish()
+    noise = interpreted_options(spec, backend)
+    winners: dict[str, Best] = {}
+    for device in tally.devices:
+        leaders = promoted[device] if promoted and device in promoted else \
+            tally.leaders(LEADERS if noise else spec.run.finalists, device)
+        if noise:
+            leaders = _distinct_programs(leaders, noise)[:spec.run.finalists]
+        if len(leaders) < 2:
+            continue
+        on = f" on {device}" if len(tally.devices) > 1 else ""
+        progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
+        try:
+            retimed = driver.retime([b.config for b in leaders], spec.run.finalist_rounds,
+                                    device)
+        except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
+            progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
+                              f"{str(e)[:200]}")
+            done.unsettled = done.unsettled or should_stop()
+            continue
+        done.finalists += [
+            {"index": b.index, "config": b.config, "device": device,
+             "sweep_latency_ms": b.latency_ms, "latency_ms": t.median_ms,
+             "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
+            for b, t in zip(leaders, retimed.finalists)]
+        if retimed.baseline is not None:
+            b = retimed.baseline
+            done.baseline[device] = {"latency_ms": b.median_ms, "latency_p20_ms": b.p20_ms,
+                                     "latency_p80_ms": b.p80_ms, "of": retimed.baseline_of}
+        leader, timing = min(zip(leaders, retimed.finalists),
+                             key=lambda p: (p[1].median_ms, p[0].index))
+        winners[device] = Best(leader.index, leader.config, timing.median_ms, device)
+    if winners:
+        tally.set_best(winners)
+    return done
+
+
+def _distinct_programs(leaders: list[Best], options: list[str]) -> list[Best]:
+    """The first of the leaders for each config that differs in more than these options."""
+    seen: set[str] = set()
+    kept = []
+    for best in leaders:
+        key = canonical_json({k: v for k, v in best.config.items() if k not in options})
+        if key not in seen:
+            seen.add(key)
+            kept.append(best)
+    return kept

@@ -1,0 +1,82 @@
+"""The order in which a spec is read: everything the file alone decides first, the kernel it
+names last, so the file's own mistakes are reported before any of its code runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep.spec.kernels import KernelFacts, kernel_facts
+from sweep.spec.model import KERNEL_FREE, MAX_NAME_CHARS, ReplayOptions, Spec
+from sweep.spec.replay_table import read_replay_table
+from sweep.spec.rules import Reader
+from sweep.spec.sections import (
+    read_constraints,
+    read_fixed,
+    read_kernel,
+    read_name,
+    read_problem,
+    read_run,
+    read_search,
+    read_simulate,
+    read_space,
+    read_timing,
+    read_validation,
+)
+from sweep.spec.space import parameter_kinds
+from sweep.spec.yaml_loader import parse_yaml, read_text
+
+
+def load_spec(path: str | Path, *, backend: str | None = None,
+              import_kernel: bool = True, cwd: Path | None = None,
+              text: str | None = None) -> Spec:
+    """Read, validate and resolve a spec file. backend overrides run.backend.
+
+    import_kernel=False checks everything the file alone decides and runs no code it
+    names: the kernel module is not imported, so neither the problem nor the fixed values
+    are merged with its defaults, nor the space and fixed names checked against its
+    signature, and kernel_source stays "".
+    declared_fingerprint is the same either way.
+
+    cwd: the directory a relative path is read from (not the process's current one, which
+    another thread may change meanwhile); messages name the path as given.
+    text: the file's text as read_spec_text read it (relative paths in it are still
+    taken from the file's directory).
+    """
+    path = Path(path)
+    r = Reader(path, cwd / path if cwd is not None else path)
+    if text is None:
+        text = read_text(path, r.source)
+    doc = r.document(parse_yaml(path, text))
+    # Each step raises at its first mistake, so this order decides which of several
+    # mistakes a file is refused for: keep it.
+    # A long file name is no mistake in the spec: only its start names the run.
+    name = read_name(r, doc.get("name", path.stem[:MAX_NAME_CHARS]))
+    kernel_name = read_kernel(r, doc["kernel"])
+    timing = read_timing(r, doc.get("timing"))
+    validation = read_validation(r, doc.get("validation", {}))
+    run = read_run(r, doc.get("run"), backend)
+    simulate = read_simulate(r, doc.get("simulate"))
+    search = read_search(r, doc.get("search"))
+    space = read_space(r, doc["space"])
+    problem_as_written = read_problem(r, doc.get("problem"))
+    fixed_as_written = read_fixed(r, doc.get("fixed"), space)
+    constraints = read_constraints(r, doc.get("constraints"), parameter_kinds(space),
+                                   problem_as_written, fixed_as_written)
+    # Checked whatever the backend, as simulate is; the table is read only to replay it.
+    written_replay = r.section(ReplayOptions, doc.get("replay"), "replay")
+    replay, replay_source = written_replay, ""
+    if run.backend == "replay":
+        replay, replay_source = read_replay_table(r, written_replay)
+    facts = KernelFacts(problem=dict(problem_as_written), fixed=dict(fixed_as_written))
+    if run.backend not in KERNEL_FREE and import_kernel:
+        facts = kernel_facts(r, kernel_name, problem_as_written, fixed_as_written, space,
+                             run.backend)
+    return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=facts.problem,
+                problem_as_written=problem_as_written, space=space, constraints=constraints,
+                timing=timing, validation=validation, run=run, simulate=simulate,
+                kernel_source=facts.source, fixed=facts.fixed,
+                fixed_as_written=fixed_as_written,
+                # A relative table path would not survive the copy into the run directory.
+                overridden=backend is not None or replay.table != written_replay.table,
+                replay=replay, replay_source=replay_source, work=facts.work, search=search,
+                kernel_files=facts.files)

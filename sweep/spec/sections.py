@@ -1,0 +1,221 @@
+"""Reading each top-level key of a spec into its typed value, where a key needs more than
+the rule table: how its parts relate to each other and to the file's other keys."""
+
+from __future__ import annotations
+
+import keyword
+import math
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from storage.records import TABLE_COLUMNS
+from sweep.spec.constraints import (
+    Constraint,
+    ConstraintError,
+    clip_repr,
+    clip_text,
+    parse_constraint,
+)
+from sweep.spec.model import (
+    BACKENDS,
+    LAUNCH_OPTIONS,
+    MAX_NAME_CHARS,
+    MAX_POINTS,
+    RunOptions,
+    Screen,
+    SimulateOptions,
+    SpecError,
+    Timing,
+    Tolerance,
+)
+from sweep.spec.rules import Reader, is_json_scalar, is_off
+from sweep.spec.search_options import OPTIONS_OF, STRATEGIES, SearchOptions
+from sweep.spec.space import value_kind
+from sweep_kernels import KernelError, reference_of
+
+
+def read_timing(r: Reader, value: Any) -> Timing:
+    raw_timing = dict(r.mapping(value, "timing"))
+    raw_screen = raw_timing.pop("screen", {})
+    screen = None if is_off(raw_screen) else r.section(Screen, raw_screen, "timing.screen")
+    return replace(r.section(Timing, raw_timing, "timing"), screen=screen)
+
+
+def read_validation(r: Reader, value: Any) -> Tolerance | None:
+    if is_off(value):
+        return None
+    return r.section(Tolerance, value, "validation")
+
+
+def read_run(r: Reader, value: Any, backend: str | None) -> RunOptions:
+    """run:, with the command line's backend (if any) over run.backend."""
+    run = r.section(RunOptions, value, "run")
+    if run.accelerator_types is not None:
+        run = replace(run, accelerator_types=tuple(run.accelerator_types))
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise SpecError(f"--backend: expected one of {', '.join(BACKENDS)}, "
+                            f"got {clip_repr(backend)}")
+        run = replace(run, backend=backend)
+    return run
+
+
+def read_simulate(r: Reader, value: Any) -> SimulateOptions:
+    simulate = r.section(SimulateOptions, value, "simulate")
+    if simulate.fail_rate + simulate.crash_rate + simulate.hang_rate > 1:
+        raise r.fail("simulate", "fail_rate + crash_rate + hang_rate must be at most 1")
+    return simulate
+
+
+def read_search(r: Reader, value: Any) -> SearchOptions:
+    """`search: guided`, or a mapping with `strategy` and that strategy's options."""
+    if isinstance(value, str) or value is None:
+        value = {"strategy": value or "exhaustive"}
+    if not isinstance(value, dict):
+        raise r.fail("search", f"expected a strategy ({', '.join(STRATEGIES)}) or a mapping "
+                               f"of options, got {clip_repr(value)}")
+    options: SearchOptions = r.section(SearchOptions, value, "search")
+    for key in value:
+        owners = OPTIONS_OF.get(key, (options.strategy,))
+        if options.strategy not in owners:
+            raise r.fail(f"search.{key}", f"applies to strategy {' and '.join(owners)} "
+                                          f"only, not {options.strategy}")
+    return options
+
+
+def read_name(r: Reader, name: Any) -> str:
+    """The run's name, which becomes a directory under runs/ (see rundir.default_out)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise r.fail("name", problem)
+    return str(name)
+
+
+def name_problem(name: Any) -> str | None:
+    """What makes `name` no run's name (None: nothing): run.json's is checked by the same
+    rule as a spec's."""
+    if not isinstance(name, str) or not name:
+        return f"expected a non-empty string, got {clip_repr(name)}"
+    if len(name) > MAX_NAME_CHARS:
+        return f"expected at most {MAX_NAME_CHARS} characters, got {len(name):,}"
+    if name in (".", ".."):
+        return f"expected a name for the run directory, got {name!r}"
+    for c in name:
+        if c in "/\\" or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            return f"{c!r} cannot be part of the run directory's name, got {clip_repr(name)}"
+    return None
+
+
+def read_kernel(r: Reader, kernel_name: Any) -> str:
+    if not isinstance(kernel_name, str):
+        raise r.fail("kernel", f"expected a string, got {clip_repr(kernel_name)}")
+    try:
+        module = reference_of(kernel_name).partition(":")[0]
+    except KernelError as e:
+        raise r.fail("kernel", f"{e}, got {clip_repr(kernel_name)}") from None
+    if not all(part.isidentifier() for part in module.split(".")):
+        # importlib would raise TypeError for a relative name such as ".mod".
+        raise r.fail("kernel", "expected 'package.module:attr' with a module path of Python "
+                               f"identifiers, got {clip_repr(kernel_name)}")
+    return kernel_name
+
+
+def read_problem(r: Reader, value: Any) -> dict[str, Any]:
+    # Checked for every backend: the simulate backend checks nothing against a kernel, yet
+    # the problem still goes into canonical JSON (fingerprints, the best-config cache).
+    problem = r.mapping(value, "problem")
+    for key, v in problem.items():
+        if not is_json_scalar(v):
+            raise r.fail(f"problem.{key}", "expected a string, an integer, a finite number or "
+                                           f"a boolean, got {clip_repr(v)}")
+    return problem
+
+
+def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
+    data = r.mapping(value, "space")
+    if not data:
+        raise r.fail("space", "expected at least one parameter")
+    points = 1
+    for name, values in data.items():
+        key = f"space.{name}"
+        if not name.isidentifier():
+            raise r.fail(key, "a parameter name must be a Python identifier")
+        if keyword.iskeyword(name):
+            raise r.fail(key, "a Python keyword cannot be a parameter name")
+        normal = unicodedata.normalize("NFKC", name)
+        if normal != name:
+            # Python's parser normalises identifiers, so no constraint could name it.
+            raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
+        if name in TABLE_COLUMNS:
+            raise r.fail(key, "collides with a column of the trial table; rename the parameter")
+        if not isinstance(values, list):
+            shown = clip_repr(values)
+            raise r.fail(key, f"expected a list of values (write [{shown}]), got {shown}")
+        if not values:
+            raise r.fail(key, "expected at least one value, got an empty list")
+        for v in values:
+            if not isinstance(v, (bool, int, float, str)) or (
+                    isinstance(v, float) and not math.isfinite(v)):
+                raise r.fail(key, "values must be numbers, strings or booleans, "
+                                  f"got {clip_repr(v)}")
+        if value_kind(values) is None:
+            raise r.fail(key, f"values must all be of one type, got {clip_repr(values)}")
+        if len(set(values)) != len(values):
+            raise r.fail(key, f"a value is listed twice in {clip_repr(values)}")
+        points *= len(values)
+    if points > MAX_POINTS:
+        raise r.fail("space", f"{points:,} points before constraints; at most {MAX_POINTS:,}")
+    return data
+
+
+def read_fixed(r: Reader, value: Any, space: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The spec's fixed values: what the file alone decides; checked against the kernel's
+    signature once it is imported (kernels.check_fixed)."""
+    fixed = r.mapping(value, "fixed")
+    for name, v in fixed.items():
+        key = f"fixed.{name}"
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise r.fail(key, "expected the name of a keyword argument of the kernel (a "
+                              "Python identifier)")
+        normal = unicodedata.normalize("NFKC", name)
+        if normal != name:
+            raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
+        if name in space:
+            raise r.fail(key, "also in space; a parameter is either tuned or fixed")
+        if name in LAUNCH_OPTIONS:
+            raise r.fail(key, f"{name} is a launch option; give it in space (as a one-value "
+                              f"list: {name}: [{clip_text(str(v), 20)}])")
+        if not is_json_scalar(v):
+            raise r.fail(key, "expected a string, an integer, a finite number or a boolean, "
+                              f"got {clip_repr(v)}")
+    return fixed
+
+
+def read_constraints(r: Reader, value: Any, parameters: Mapping[str, type],
+                      problem: Mapping[str, Any],
+                      fixed: Mapping[str, Any]) -> tuple[Constraint, ...]:
+    """Constraints over the parameters and, as constants, the problem and fixed values the
+    spec writes (a kernel's defaults are not known yet: the space is expanded before the
+    kernel is imported). A parameter wins over a constant of its name, a fixed value over
+    a problem value."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise r.fail("constraints", f"expected a list of expressions, got {clip_repr(value)}")
+    constants = {**problem, **fixed}
+    unknown = (f"expected a parameter ({clip_text(', '.join(parameters), 200)}), or a value "
+               f"written under problem: ({clip_text(', '.join(problem), 200) or 'none'}) or "
+               f"fixed: ({clip_text(', '.join(fixed), 200) or 'none'})")
+    out = []
+    for i, text in enumerate(value):
+        key = f"constraints[{i}]"
+        if not isinstance(text, str):
+            raise r.fail(key, f"expected an expression string, got {clip_repr(text)}")
+        try:
+            out.append(parse_constraint(text, parameters, constants, unknown=unknown))
+        except ConstraintError as e:
+            raise r.fail(key, f"{clip_repr(text)} {e}") from None
+    return tuple(out)
+
