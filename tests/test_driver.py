@@ -12,9 +12,8 @@ from fake_runtime import KILLED, Dies, Fails, FakeRuntime, Hangs, Ok, Start
 
 from storage.records import TrialRecord
 from sweep.results.tally import Tally
-from sweep.run.contracts import Limits, SpentAttempt
+from sweep.run.contracts import DriverFailed, Limits, SpentAttempt
 from sweep.run.driver import Driver
-from sweep.run.retiming import DriverFailed
 from sweep.spec.space import expand
 
 LIMITS = Limits(trial_timeout_s=60, max_retries=1, drain_s=3, snapshot_every_s=30,

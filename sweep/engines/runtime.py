@@ -21,6 +21,7 @@ from actors.protocol import (
     BatchStarted,
     CompileLimit,
     Finished,
+    Note,
     Retimed,
     TrialStarted,
     WorkerMessage,
@@ -133,7 +134,9 @@ def event_of(worker: str, batch: int, message: WorkerMessage) -> Event:
         return TrialBegan(worker, batch, message.index, message.ordinal, message.ahead)
     if isinstance(message, BatchStarted):
         return BatchBegan(worker, batch)
-    return WorkerNote(worker, message.text)
+    if isinstance(message, Note):
+        return WorkerNote(worker, message.text)
+    raise TypeError(f"not a worker's message: {message!r}")
 
 
 class ClusterLost(Exception):

@@ -19,7 +19,6 @@ def resume_command(path: Path) -> str:
     return f"sweep resume {shlex.quote(str(path))}"
 
 
-
 def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str:
     """How much of the space a run has done; a search's pruned configs are not trials.
     most: the trials a search still going runs at most (its budget)."""
@@ -28,7 +27,6 @@ def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str
     if most is not None and most < total:
         return f"{done} of at most {most} trials (a search of {total} configs)"
     return f"{done} of {total} trials"
-
 
 
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,

@@ -64,3 +64,7 @@ class Limits:
         a new batch whenever a batch's worth of its trials is done, even if a slow compile
         keeps an older batch open: held batches are then more than depth."""
         return 4 * self.depth if self.announced else self.depth
+
+
+class DriverFailed(Exception):
+    """No worker can be started (every attempt died before running a trial)."""

@@ -43,9 +43,9 @@ from sweep.engines.runtime import (
     WorkerUp,
 )
 from sweep.results.tally import Tally
-from sweep.run.contracts import Ending, Limits, Observer, SpentAttempt, TrialLog
+from sweep.run.contracts import DriverFailed, Ending, Limits, Observer, SpentAttempt, TrialLog
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
-from sweep.run.retiming import DriverFailed, Retiming
+from sweep.run.retiming import Retiming
 from sweep.run.slots import HeldBatch, Slot
 from sweep.search.scheduling import AdaptiveLimit
 from sweep.spec.space import Space

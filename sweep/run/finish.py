@@ -22,9 +22,9 @@ from sweep.engines.runtime import RetimeAbandoned
 from sweep.results.tally import LEADERS, Tally
 from sweep.run import rundir
 from sweep.run.assembly import Assembly, interpreted_options
+from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.progress import ProgressReporter
-from sweep.run.retiming import DriverFailed
 from sweep.run.rundir import RunDir, RunLog
 from sweep.search.strategies import Search, rungs
 from sweep.spec import Spec

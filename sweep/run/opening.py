@@ -1,8 +1,9 @@
 """Opening a run directory for a session: a new run's checks before anything is written, a
 resumed run's checks against its own record, and the lock held from before the first read.
 
-Everything here is decided from files: nothing imports the kernel but the importer a new
-run hands on, which the session begins on a thread while Ray starts.
+A new run is checked from its file alone here, and hands on an importer of its kernel,
+which the session begins on a thread while Ray starts; a resumed run's spec, checked first
+against the run's record of it, is loaded with its kernel.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def checked_path(path: Path, what: str) -> Path:
 
 def run_path(path: Path, what: str) -> Path:
     """A run directory's path, absolute: Ray's start changes the working directory for a
-    moment (see cluster.py) while another thread may be reading the run directory."""
+    moment (see sweep/engines/cluster.py) while another thread may be reading the run directory."""
     return checked_path(path, what).absolute()
 
 
@@ -85,7 +86,7 @@ def open_new(spec_path: Path, out: Path | None, backend: str | None, command: st
         give_back(lock, created)
         raise
     # Read from this directory, not the current one: connecting to Ray changes that for a
-    # moment (see cluster.py) while this thread may be reading.
+    # moment (see sweep/engines/cluster.py) while this thread may be reading.
     here = Path.cwd()
 
     def importer() -> Future[Spec]:

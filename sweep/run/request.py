@@ -16,13 +16,13 @@ class Request:
     """What one `sweep run` or `sweep resume` (or a call of the Python API) asks for
     besides the spec or run directory."""
 
-    address: str | None = None  # the Ray cluster (see cluster.target)
+    address: str | None = None  # the Ray cluster (see ray_join.target)
     runtime: str | None = None  # --runtime: local | ray | auto (None: the spec's run.runtime)
     max_trials: int | None = None  # at most this many trials, then stop resumably
     time_budget_s: float | None = None  # stop resumably this long after the call began
     cache_partial: bool = False  # an interrupted run's best goes to the cache, as partial
     force: bool = False  # tune even when the cache holds a complete run's best
-    observers: tuple[Observer, ...] = ()  # told of each finished trial (see driver.py)
+    observers: tuple[Observer, ...] = ()  # told of each finished trial (see contracts.py)
 
 
 @dataclass

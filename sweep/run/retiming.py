@@ -11,16 +11,14 @@ from typing import Any
 
 from actors.protocol import Retimed, Timing
 from sweep.engines.runtime import Event, Runtime
-from sweep.run.contracts import Limits
+from sweep.run.contracts import DriverFailed, Limits
 from sweep.run.slots import Slot
 
 
-class DriverFailed(Exception):
-    """No worker can be started (every attempt died before running a trial)."""
-
-
 class Retiming:
-    """The driver's re-timing; the driver provides the workers and their events."""
+    """The driver's re-timing, as a part of the Driver class (which derives from it): the
+    attributes and the two methods declared here are the driver's, its workers and the
+    handling of their events."""
 
     runtime: Runtime
     limits: Limits

@@ -45,11 +45,11 @@ from sweep.run.assembly import (
     worker_settings,
 )
 from sweep.run.cache_policy import CacheAnswers
+from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.finish import Finish, after_trials
 from sweep.run.progress import ProgressReporter
 from sweep.run.request import Ending, Request
-from sweep.run.retiming import DriverFailed
 from sweep.run.rundir import Loaded, RunDir, RunLog
 from sweep.run.stop import StopController
 from sweep.search.plan import plan_search
@@ -72,7 +72,7 @@ def storage_error(e: BaseException, directory: Path) -> bool:
 
 
 @dataclass
-class _Drove:
+class _Outcome:
     """What driving the run left for its last words."""
 
     state: str  # complete | interrupted | failed
@@ -288,7 +288,7 @@ class Session:
 
     def _drive(self, run: RunDir, engine: Engine, backend: str, placement: Placement,
                loaded: Loaded | None, request: Request, stop: StopController,
-               t0: float) -> _Drove:
+               t0: float) -> _Outcome:
         spec = self.spec
         work = assemble(run, spec, self.space, loaded, self.retry, self.meta_search, backend,
                         placement, self.prestart.launchers if self.prestart else {},
@@ -307,7 +307,7 @@ class Session:
         def should_stop() -> bool:
             return stop.requested or (deadline is not None and time.monotonic() >= deadline)
 
-        drove = _Drove("failed", work, Finish(), None, None, deadline)
+        drove = _Outcome("failed", work, Finish(), None, None, deadline)
         in_flight = True  # an exception is on its way out of the try below
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", timeline=self.timeline,
@@ -354,7 +354,7 @@ class Session:
                       on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
                       kinds=placement.kinds, feed=work.feed)
 
-    def _finalize(self, run: RunDir, drove: _Drove, in_flight: bool) -> None:
+    def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
         first = drove.driver.first_dispatch_at if drove.driver else None
         try:
             rundir.finalize(run, self.spec, self.space, drove.work.tally,
@@ -367,7 +367,7 @@ class Session:
             # Already failing for the same reason: the artefacts on disk stay the last
             # complete ones, and resume rebuilds them from the journal.
 
-    def _conclude(self, run: RunDir, drove: _Drove, backend: str, request: Request,
+    def _conclude(self, run: RunDir, drove: _Outcome, backend: str, request: Request,
                   stop: StopController, t0: float) -> int:
         """The cache's entry, the summary and the exit code of a run that was driven."""
         spec, state, tally, driver = self.spec, drove.state, drove.work.tally, drove.driver
@@ -473,7 +473,6 @@ class Session:
         if self.order is None:
             self.order = compile_order(self.space, range(len(self.space)))
         return self.order
-
 
 
 def _failed(future: Future[Spec] | None) -> bool:

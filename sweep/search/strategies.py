@@ -154,7 +154,7 @@ def _sample(space: Space, n: int, rng: np.random.Generator, taken: set[int],
 class Halving:
     """Successive halving: the first rung is a sample of the space, screened on every GPU
     at once; the session then promotes 1/eta of each rung to the careful timing, across
-    every GPU, down to the finalists (sweep/run/session.py). The rest are pruned."""
+    every GPU, down to the finalists (sweep/run/finish.py). The rest are pruned."""
 
     def __init__(self, space: Space, options: SearchOptions, warm: Sequence[int] = ()) -> None:
         self.space, self.options, self.warm = space, options, list(warm)
