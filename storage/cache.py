@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -86,6 +87,34 @@ class CacheEntry:
         if self.partial != other.partial:
             return not self.partial
         return self.latency_ms < other.latency_ms
+
+
+# How far apart two problems are when a key differs in other than size: further than
+# any size ratio a user would call near (2**4 = 16 times).
+UNLIKE = 4.0
+
+
+def _size(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """Between two problems: each size counts as its log2 ratio (M = 16 is as far from 64
+    as 1024 is from 4096), each other difference (a dtype, a missing key) as UNLIKE."""
+    d = 0.0
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        d += abs(math.log2(x / y)) if _size(x) and _size(y) else UNLIKE  # type: ignore[operator]
+    return d
+
+
+def sizes_apart(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two problems have the same keys and differ only in sizes (positive
+    numbers): the same dtype and every other value alike."""
+    return set(a) == set(b) and all(a[k] == b[k] or (_size(a[k]) and _size(b[k]))
+                                    for k in a)
 
 
 def entry_key(kernel: str, kernel_source: str, problem: Mapping[str, Any], backend: str,

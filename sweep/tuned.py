@@ -1,6 +1,13 @@
 """Tuned configs at run time: what a user's launch code calls to get the best config the
 sweeps found for this kernel, problem and device, or a fallback when none did.
 
+A problem that was not tuned is answered from the nearest one that was, of the same kernel
+(its source), device, library versions and fixed arguments, with the same keys and every
+value but its sizes alike (the dtype, a layout): the distance is the sum over its sizes of
+|log2| of their ratio, so M = 16 is as near to 64 as 1024 is to 4096 (storage/cache.py's
+distance). Ties go to a complete entry, then to the larger sizes. nearest=False answers
+only the very problem.
+
 Light on purpose (no Ray, no pyarrow): it runs in the user's program, once per distinct
 problem (the answer is kept for the life of the process).
 """
@@ -10,9 +17,19 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, overload
 
-from storage.cache import CacheEntry, cache_dir, entry_key, library_versions, read
+from storage.cache import (
+    CacheEntry,
+    cache_dir,
+    distance,
+    entry_key,
+    library_versions,
+    of_kernel,
+    read,
+    sizes_apart,
+)
 from sweep_kernels import load_kernel, source_digest
 
 # Keyword arguments of a Triton launch rather than of the kernel: triton.Config keeps them
@@ -20,22 +37,31 @@ from sweep_kernels import load_kernel, source_digest
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
+@dataclass(frozen=True)
+class TunedEntry(CacheEntry):
+    """A cache entry as tuned_entry found it: `problem` is the one it was tuned for (merged
+    with the kernel's defaults), `distance` how far that is from the one asked (0: that
+    very problem; see the module's docstring)."""
+
+    distance: float = 0.0
+
+
 @overload
 def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: Mapping[str, Any],
                  fixed: Mapping[str, Any] | None = None, device: str | None = None,
-                 partial: bool = False) -> dict[str, Any]: ...
+                 partial: bool = False, nearest: bool = True) -> dict[str, Any]: ...
 
 
 @overload
 def tuned_config(kernel: str, problem: Mapping[str, Any], *, default: None = None,
                  fixed: Mapping[str, Any] | None = None, device: str | None = None,
-                 partial: bool = False) -> dict[str, Any] | None: ...
+                 partial: bool = False, nearest: bool = True) -> dict[str, Any] | None: ...
 
 
 def tuned_config(kernel: str, problem: Mapping[str, Any], *,
                  default: Mapping[str, Any] | None = None,
                  fixed: Mapping[str, Any] | None = None, device: str | None = None,
-                 partial: bool = False) -> dict[str, Any] | None:
+                 partial: bool = False, nearest: bool = True) -> dict[str, Any] | None:
     """The cached best config of `kernel` (named as in a spec: "matmul" or "pkg.mod:attr")
     for `problem` (merged with the kernel's defaults, as a spec's is) on this process's
     device, else a copy of `default` (None without one).
@@ -44,19 +70,29 @@ def tuned_config(kernel: str, problem: Mapping[str, Any], *,
     kernel record's own defaults are part of its source). device: a device name as the
     trial table spells it ("NVIDIA H100 80GB HBM3", "cpu-interpreter"); by default the
     current CUDA device, or the interpreter when TRITON_INTERPRET=1 or no GPU is present.
-    Only a complete sweep's best counts, unless partial=True."""
-    entry = tuned_entry(kernel, problem, device, fixed)
+    Only a complete sweep's best counts, unless partial=True. A problem not tuned is
+    answered from the nearest tuned one (see the module's docstring), unless
+    nearest=False."""
+    entry = tuned_entry(kernel, problem, device, fixed, nearest=nearest, partial=partial)
     if entry is None or (entry.partial and not partial):
         return dict(default) if default is not None else None
     return dict(entry.config)
 
 
 def tuned_entry(kernel: str, problem: Mapping[str, Any], device: str | None = None,
-                fixed: Mapping[str, Any] | None = None) -> CacheEntry | None:
-    """The cache entry behind tuned_config (its latency and provenance), if any."""
+                fixed: Mapping[str, Any] | None = None, *, nearest: bool = True,
+                partial: bool = True) -> TunedEntry | None:
+    """The cache entry behind tuned_config (its latency, provenance, the problem it was
+    tuned for and how far that is from this one), if any. partial: whether an
+    interrupted sweep's entry may answer."""
     backend, name = _device(device)
-    return _lookup(kernel, tuple(sorted(problem.items())), tuple(sorted((fixed or {}).items())),
-                   backend, name)
+    asked = (kernel, tuple(sorted(problem.items())), tuple(sorted((fixed or {}).items())),
+             backend, name)
+    exact = _lookup(*asked)
+    if exact is not None and (partial or not exact.partial):
+        return _tuned(exact, 0.0)
+    found = _nearest(*asked, partial) if nearest else None
+    return found or (_tuned(exact, 0.0) if exact is not None else None)
 
 
 def triton_config(config: Mapping[str, Any]) -> Any:
@@ -108,18 +144,58 @@ def _lookup(kernel: str, problem: tuple[tuple[str, Any], ...],
 
 
 _found: dict[tuple[Any, ...], CacheEntry] = {}
+_near: dict[tuple[Any, ...], TunedEntry] = {}  # complete entries that answered a miss
+
+
+def _nearest(kernel: str, problem: tuple[tuple[str, Any], ...],
+             fixed: tuple[tuple[str, Any], ...], backend: str, device: str,
+             partial: bool) -> TunedEntry | None:
+    """The nearest entry that differs from the problem only in sizes. A complete one is
+    kept for the life of the process, as an exact one is: one scan of the cache a
+    problem, not one a launch."""
+    key = (kernel, problem, fixed, backend, device, str(cache_dir()), partial)
+    if key in _near:
+        return _near[key]
+    source, merged = _identity(kernel, problem)
+    versions = library_versions()
+    near = [e for e in of_kernel(kernel) if e.kernel_source == source and
+            e.backend == backend and e.device == device and dict(e.versions) == versions
+            and dict(e.fixed) == dict(fixed) and (partial or not e.partial) and
+            sizes_apart(merged, e.problem)]
+    if not near:
+        return None
+    best = min(near, key=lambda e: (distance(merged, e.problem), e.partial,
+                                    [-e.problem[k] for k in sorted(e.problem)
+                                     if merged[k] != e.problem[k]]))
+    found = _tuned(best, distance(merged, best.problem))
+    if not found.partial:
+        _near[key] = found
+    return found
+
+
+def _tuned(entry: CacheEntry, how_far: float) -> TunedEntry:
+    return TunedEntry(**{f.name: getattr(entry, f.name) for f in fields(CacheEntry)},
+                      distance=how_far)
 
 
 @functools.lru_cache(maxsize=256)
-def _key(kernel: str, problem: tuple[tuple[str, Any], ...],
-         fixed: tuple[tuple[str, Any], ...], backend: str, device: str) -> str:
-    """The entry's key: hashing the kernel's source is the costly part, done once."""
+def _identity(kernel: str, problem: tuple[tuple[str, Any], ...]
+              ) -> tuple[str, dict[str, Any]]:
+    """The kernel's source digest (hashing it is the costly part, done once) and the
+    problem merged with its defaults."""
     record = load_kernel(kernel)
     unknown = [k for k, _ in problem if k not in record.problem_defaults]
     if unknown:  # a misspelt key would be a silent miss, on every launch
         raise ValueError(f"tuned_config: {kernel} has no problem key "
                          f"{', '.join(map(repr, unknown))} (expected one of "
                          f"{', '.join(record.problem_defaults)})")
-    merged = {**record.problem_defaults, **dict(problem)}
-    return entry_key(kernel, source_digest(kernel, record), merged, backend, device,
-                     library_versions(), dict(fixed))
+    return source_digest(kernel, record), {**record.problem_defaults, **dict(problem)}
+
+
+@functools.lru_cache(maxsize=256)
+def _key(kernel: str, problem: tuple[tuple[str, Any], ...],
+         fixed: tuple[tuple[str, Any], ...], backend: str, device: str) -> str:
+    """The entry's key."""
+    source, merged = _identity(kernel, problem)
+    return entry_key(kernel, source, merged, backend, device, library_versions(),
+                     dict(fixed))

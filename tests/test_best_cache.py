@@ -102,9 +102,12 @@ def test_a_cached_interpreter_run_answers_the_next_and_launch_code(tmp_path,
 
     assert tuned_config("softmax", problem, default=fallback,
                         device="cpu-interpreter") == tuned
-    # Another problem (or device) was not tuned: the fallback.
+    # Another size is answered from the nearest tuned one; with nearest=False, or on
+    # another device, the fallback.
     assert tuned_config("softmax", {**problem, "cols": 128}, default=fallback,
-                        device="cpu-interpreter") == fallback
+                        device="cpu-interpreter") == tuned
+    assert tuned_config("softmax", {**problem, "cols": 128}, default=fallback,
+                        device="cpu-interpreter", nearest=False) == fallback
     assert tuned_config("softmax", problem, default=fallback, device="NVIDIA H200") == fallback
     assert tuned_entry("softmax", problem, "cpu-interpreter").run_dir == \
         str((tmp_path / "a").resolve())
@@ -122,7 +125,8 @@ def test_a_cached_interpreter_run_answers_the_next_and_launch_code(tmp_path,
     # Where the best came from, in that run's table, as a run's result says it.
     assert result.best.index == best["index"]
     assert tuned_config("softmax", problem, device="cpu-interpreter") == tuned
-    assert tuned_config("softmax", {**problem, "cols": 128}, device="cpu-interpreter") is None
+    assert tuned_config("softmax", {**problem, "cols": 128}, device="cpu-interpreter",
+                        nearest=False) is None
     assert sweep_cli("run", spec, "--out", tmp_path / "d", "--force") == 0
     assert (tmp_path / "d" / "trials.parquet").exists()
 
@@ -143,6 +147,56 @@ def entry_source() -> str:
     from sweep_kernels import load_kernel, source_digest
 
     return source_digest("softmax", load_kernel("softmax"))
+
+
+def cached(problem: dict, config: dict, *, partial: bool = False,
+           fixed: dict | None = None) -> None:
+    """A softmax entry for this problem on the interpreter, as a sweep of it leaves."""
+    from storage.cache import store
+
+    store(CacheEntry(kernel="softmax", kernel_source=entry_source(), problem=problem,
+                     backend="interpret", device="cpu-interpreter", config=config,
+                     latency_ms=1.0, fingerprint="f", run_dir=f"/runs/{sorted(problem.items())}",
+                     partial=partial, written_at=time.time(), versions=library_versions(),
+                     fixed=fixed or {}))
+
+
+def test_launch_code_gets_the_nearest_tuned_size_of_the_same_dtype():
+    for cols, block in ((64, 32), (1024, 256), (8192, 512)):
+        cached({"rows": 4, "cols": cols, "dtype": "float32"}, {"BLOCK_N": block})
+    cached({"rows": 4, "cols": 128, "dtype": "float16"}, {"BLOCK_N": 8})
+    asked = {"rows": 4, "cols": 128, "dtype": "float32"}
+
+    def near(problem: dict, **kw) -> dict | None:
+        return tuned_config("softmax", problem, device="cpu-interpreter", **kw)
+
+    # 128 is one doubling from 64 and three from 1024; float16's exact size is no answer.
+    assert near(asked) == {"BLOCK_N": 32}
+    entry = tuned_entry("softmax", asked, "cpu-interpreter")
+    assert (entry.problem["cols"], entry.distance) == (64, 1.0)
+    assert near({**asked, "cols": 4096}) == {"BLOCK_N": 512}  # 1 from 8192, 2 from 1024
+    assert near({**asked, "cols": 256}) == {"BLOCK_N": 256}  # a tie goes to the larger size
+    exact = tuned_entry("softmax", {**asked, "cols": 1024}, "cpu-interpreter")
+    assert (dict(exact.config), exact.distance) == ({"BLOCK_N": 256}, 0.0)
+    # Every size counts: rows 16 is two doublings from 4.
+    assert tuned_entry("softmax", {**asked, "rows": 16, "cols": 64},
+                       "cpu-interpreter").distance == 2.0
+    assert near({**asked, "dtype": "float16", "cols": 512}) == {"BLOCK_N": 8}
+    # Nothing of that dtype, other fixed arguments, or nearest=False: the default.
+    assert near({**asked, "dtype": "bfloat16"}, default={"BLOCK_N": 1}) == {"BLOCK_N": 1}
+    assert near(asked, fixed={"X": 1}, default={}) == {}
+    assert near(asked, default={}, nearest=False) == {}
+    # The very size, tuned later, answers in the same process: it is looked up first.
+    cached(asked, {"BLOCK_N": 64})
+    assert near(asked) == {"BLOCK_N": 64}
+
+
+def test_a_partial_entry_answers_a_nearby_size_only_when_asked():
+    cached({"rows": 4, "cols": 64, "dtype": "float32"}, {"BLOCK_N": 32}, partial=True)
+    asked = {"rows": 4, "cols": 128, "dtype": "float32"}
+    assert tuned_config("softmax", asked, default={}, device="cpu-interpreter") == {}
+    assert tuned_config("softmax", asked, default={}, device="cpu-interpreter",
+                        partial=True) == {"BLOCK_N": 32}
 
 
 def test_sweep_best_prints_json_and_a_triton_config_equal_to_the_runs_best(

@@ -16,9 +16,10 @@ import yaml
 from conftest import ROOT, simulate_spec, sweep_cli, sweep_in, write_spec
 from test_stop_resume import has_records, start, stderr_of, wait_until
 
+from storage.cache import distance
 from sweep.report.analysis import analyse
 from sweep.search.strategies import Guided, Halving, Search, rungs
-from sweep.search.warm_start import distance, indices_of
+from sweep.search.warm_start import indices_of
 from sweep.spec import load_spec
 from sweep.spec.search_options import SearchOptions
 

@@ -6,7 +6,6 @@ the cache may change before a resume, the run's decisions may not."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,29 +21,11 @@ from storage.readback import is_regular, scalar
 from sweep.spec import Spec
 from sweep.spec.space import Space
 
-# How far apart two problems are when a key differs in other than size: further than
-# any size ratio a user would call near (2**4 = 16 times).
-UNLIKE = 4.0
-
 
 @dataclass(frozen=True)
 class WarmStart:
     indices: list[int]  # configs of this space, to run first (the nearest's best first)
     source: str  # the run directory they came from
-
-
-def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """Between two problems: each size counts as its log2 ratio, each other difference
-    (a dtype, a missing key) as UNLIKE."""
-    d = 0.0
-    for key in sorted(set(a) | set(b)):
-        x, y = a.get(key), b.get(key)
-        if x == y:
-            continue
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                      for v in (x, y))
-        d += abs(math.log2(x / y)) if numbers else UNLIKE  # type: ignore[operator]
-    return d
 
 
 def nearest(kernel: str, kernel_source: str, problem: Mapping[str, Any],
@@ -56,8 +37,8 @@ def nearest(kernel: str, kernel_source: str, problem: Mapping[str, Any],
     entries = [e for e in cache.of_kernel(kernel, root) if e.backend == backend and not e.partial]
     if not entries:
         return None
-    return min(entries, key=lambda e: (distance(problem, e.problem) +
-                                       distance(fixed, e.fixed) +
+    return min(entries, key=lambda e: (cache.distance(problem, e.problem) +
+                                       cache.distance(fixed, e.fixed) +
                                        (e.kernel_source != kernel_source) * 0.5,
                                        e.latency_ms, e.run_dir, e.device))
 
