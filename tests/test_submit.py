@@ -391,14 +391,14 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
 def test_the_jobs_command_carries_the_time_budget_and_force():
     import shlex
 
-    from sweep.submit import _entrypoint
+    from sweep.submit import job_entrypoint
 
-    command = shlex.split(_entrypoint("s.yaml", "~/runs/x", "simulate", 5, 30.0, True))
+    command = shlex.split(job_entrypoint("s.yaml", "~/runs/x", "simulate", 5, 30.0, True))
     tail = command[command.index("run"):]
     # On the cluster it was submitted to, whatever the spec's run.runtime says.
     assert tail == ["run", "s.yaml", "--out", "$out", "--runtime", "ray", "--backend",
                     "simulate", "--max-trials", "5", "--time-budget", "30.0", "--force"]
-    plain = shlex.split(_entrypoint("s.yaml", "~/runs/x", None, None))
+    plain = shlex.split(job_entrypoint("s.yaml", "~/runs/x", None, None))
     assert plain[plain.index("run"):] == ["run", "s.yaml", "--out", "$out", "--runtime", "ray"]
 
 
@@ -446,13 +446,13 @@ def shipped(request, tmp_path) -> Path:
 
 
 def test_the_size_check_counts_what_a_symlink_brings_in(shipped, tmp_path):
-    from sweep.submit import SubmitError, _check_size
+    from sweep.submit import SubmitError, check_size
 
-    _check_size(shipped)  # the spec alone
+    check_size(shipped)  # the spec alone
     big = sparse(tmp_path / "elsewhere" / "big.bin", 150 << 20)
     (shipped / "big.bin").symlink_to(big)
     with pytest.raises(SubmitError) as refused:
-        _check_size(shipped)
+        check_size(shipped)
     assert str(refused.value).startswith(
         f"{shipped}: holds more than 100 MiB to ship as the job's working directory, more "
         f"than Ray accepts (the largest: big.bin, 150.0 MiB, a symlink to {big}, which Ray "
@@ -461,20 +461,20 @@ def test_the_size_check_counts_what_a_symlink_brings_in(shipped, tmp_path):
     # A link to a directory ships all of it: Ray's packing descends into it.
     (shipped / "data").symlink_to(big.parent, target_is_directory=True)
     with pytest.raises(SubmitError) as refused:
-        _check_size(shipped)
+        check_size(shipped)
     assert (f"(the largest: data/big.bin, 150.0 MiB, under the symlink data -> {big.parent}, "
             "which Ray follows); ") in str(refused.value)
 
 
 def test_a_symlink_to_a_directory_that_holds_it_is_refused(shipped, tmp_path):
     # Ray's packing goes round such a link, packing a copy of everything at each turn.
-    from sweep.submit import SubmitError, _check_size
+    from sweep.submit import SubmitError, check_size
 
     (shipped / "kernels").mkdir()
     (shipped / "kernels" / "k.py").write_text("")
     (shipped / "kernels" / "up").symlink_to("..", target_is_directory=True)
     with pytest.raises(SubmitError) as refused:
-        _check_size(shipped)
+        check_size(shipped)
     assert str(refused.value) == (
         f"{shipped}/kernels/up: a symlink to .., which holds it: Ray's packing of the job's "
         "working directory would go round it, a copy of everything at each turn; remove it "
@@ -482,9 +482,9 @@ def test_a_symlink_to_a_directory_that_holds_it_is_refused(shipped, tmp_path):
 
 
 def test_a_dangling_or_ignored_symlink_ships_nothing(shipped, tmp_path):
-    from sweep.submit import _check_size
+    from sweep.submit import check_size
 
     big = sparse(tmp_path / "elsewhere" / "big.bin", 150 << 20)
     (shipped / "gone").symlink_to(tmp_path / "nowhere")
     (shipped / "runs").symlink_to(big.parent, target_is_directory=True)  # in EXCLUDES
-    _check_size(shipped)
+    check_size(shipped)

@@ -52,16 +52,16 @@ from sweep.submit.dashboard import (
     DEFAULT_DASHBOARD,
     HOW_TO_INSTALL,
     PROBE_TIMEOUT_S,
-    _check_jobs_client,
-    _connect,
-    _jobs_client,
-    _probe,
+    check_jobs_client,
+    connect,
     dashboard_url,
+    jobs_client,
+    probe,
 )
-from sweep.submit.entrypoint import GCS_MARK, RUN_DIR_MARK, _entrypoint, _head_path
-from sweep.submit.errors import SubmitError, _one_line
+from sweep.submit.entrypoint import GCS_MARK, RUN_DIR_MARK, head_path, job_entrypoint
+from sweep.submit.errors import SubmitError, one_line
 from sweep.submit.job import STOP_WAIT_VAR, Job
-from sweep.submit.working_dir import EXCLUDES, MAX_SHIPPED_BYTES, _check_size, _shipped_path
+from sweep.submit.working_dir import EXCLUDES, MAX_SHIPPED_BYTES, check_size, shipped_path
 
 # The names `sweep.submit` has always offered, the pieces' included.
 __all__ = ["DEFAULT_DASHBOARD", "DEFAULT_RUNS", "EXCLUDES", "GCS_MARK", "HOW_TO_INSTALL",
@@ -110,20 +110,20 @@ def _submit(args: argparse.Namespace, stop: StopController, io: Output) -> int:
     # module is imported on the head, where the sweep runs.
     spec = load_spec(args.spec, backend=args.backend, import_kernel=False)
     spec.expand()
-    spec_rel = _shipped_path(args.spec, here)
-    _check_size(here)
+    spec_rel = shipped_path(args.spec, here)
+    check_size(here)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out_dir = _head_path(args.out) if args.out is not None \
+    out_dir = head_path(args.out) if args.out is not None \
         else f"~/{DEFAULT_RUNS}/{spec.name}-{stamp}"
-    _check_jobs_client()
+    check_jobs_client()
     url, where = dashboard_url(args.address)
-    _probe(url, where)
-    client = _connect(_jobs_client(), url, where)
+    probe(url, where)
+    client = connect(jobs_client(), url, where)
 
     grace = math.ceil(spec.run.drain_s) + STOP_MARGIN_S
     job = Job(client=client, url=url, grace_s=grace, io=io,
               submission_id=f"sweep-{stamp}-{secrets.token_hex(3)}")
-    entrypoint = _entrypoint(spec_rel, out_dir, args.backend, args.max_trials,
+    entrypoint = job_entrypoint(spec_rel, out_dir, args.backend, args.max_trials,
                              args.time_budget, args.force)
     runtime_env = {"working_dir": str(here), "excludes": EXCLUDES,
                    "env_vars": {STOP_WAIT_VAR: str(grace)}}
@@ -137,9 +137,9 @@ def _submit(args: argparse.Namespace, stop: StopController, io: Output) -> int:
                               submission_id=job.submission_id,
                               metadata={"sweep": spec.name, "spec": spec_rel})
         except (ValueError, OSError) as e:  # the package too large, the dashboard gone
-            raise SubmitError(f"submitting to {url} failed: {_one_line(e)}") from None
+            raise SubmitError(f"submitting to {url} failed: {one_line(e)}") from None
         except RuntimeError as e:  # the server refused it
-            io.note(f"error: submitting to {url} failed: {_one_line(e)}")
+            io.note(f"error: submitting to {url} failed: {one_line(e)}")
             return EXIT_FAILED
         io.note("sweep submit: Ctrl+C stops the sweep (it drains, writes its table and "
                  "can be resumed); a second Ctrl+C stops waiting and leaves the job to it")

@@ -13,23 +13,23 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from sweep.submit.errors import SubmitError, _one_line
+from sweep.submit.errors import SubmitError, one_line
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 PROBE_TIMEOUT_S = 4.0
 HOW_TO_INSTALL = "pip install -e '.[cluster]'"
 
 
-def _check_jobs_client() -> None:
+def check_jobs_client() -> None:
     """Whether ray[default]'s client libraries are there at all, before probing (which
-    takes seconds on an address that does not answer); _jobs_client imports them."""
+    takes seconds on an address that does not answer); jobs_client imports them."""
     for name in ("aiohttp", "requests", "pydantic"):
         if importlib.util.find_spec(name) is None:
             raise SubmitError(f"sweep submit needs Ray's job client, which ray[default] "
                               f"provides ({name} is missing): {HOW_TO_INSTALL}")
 
 
-def _jobs_client() -> Any:
+def jobs_client() -> Any:
     """Ray's Jobs client, which needs ray[default] (aiohttp, requests, pydantic)."""
     try:
         import aiohttp  # noqa: F401
@@ -76,7 +76,7 @@ def dashboard_url(given: str | None) -> tuple[str, str]:
     return f"{scheme.lower()}://{rest.rstrip('/')}", where
 
 
-def _probe(url: str, where: str) -> None:
+def probe(url: str, where: str) -> None:
     """Ray's client waits on an address that does not answer for minutes: ask the
     dashboard's version first, with a deadline. A 401/403 is a dashboard that wants a
     token, which Ray's client then sends; anything else must be the version JSON."""
@@ -99,7 +99,7 @@ def _probe(url: str, where: str) -> None:
         reason = getattr(e, "reason", e)
         why = (f"no answer within {PROBE_TIMEOUT_S:g} s"
                if isinstance(reason, (TimeoutError, socket.timeout))
-               else getattr(reason, "strerror", None) or _one_line(reason))
+               else getattr(reason, "strerror", None) or one_line(reason))
         raise SubmitError(f"{where}: no Ray dashboard at {url} ({why}); {hint}") from None
     try:
         json.loads(body)["ray_version"]
@@ -108,7 +108,7 @@ def _probe(url: str, where: str) -> None:
                           ) from None
 
 
-def _connect(client_cls: Any, url: str, where: str) -> Any:
+def connect(client_cls: Any, url: str, where: str) -> Any:
     from ray.exceptions import AuthenticationError
 
     # Ray's client prefers the environment's RAY_API_SERVER_ADDRESS / RAY_ADDRESS over
@@ -119,12 +119,12 @@ def _connect(client_cls: Any, url: str, where: str) -> Any:
         return client_cls(url)
     except AuthenticationError as e:
         raise SubmitError(f"{where}: the Ray dashboard at {url} refused this command "
-                          f"({_one_line(e)}); the cluster uses token authentication: set "
+                          f"({one_line(e)}); the cluster uses token authentication: set "
                           "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a copy of the "
                           "head's ~/.ray/auth_token") from None
     except (ConnectionError, RuntimeError, OSError) as e:
         raise SubmitError(f"{where}: cannot use the Ray dashboard at {url} "
-                          f"({_one_line(e)})") from None
+                          f"({one_line(e)})") from None
     finally:
         if saved is None:
             os.environ.pop("RAY_API_SERVER_ADDRESS", None)

@@ -8,14 +8,14 @@ import shlex
 
 from sweep.submit.errors import SubmitError
 
-# Lines the entrypoint prints before the sweep starts (see _entrypoint).
+# Lines the entrypoint prints before the sweep starts (see entrypoint).
 RUN_DIR_MARK = "sweep submit: run directory (on the head node): "
 GCS_MARK = "sweep submit: cluster address (on the head node): "
 
 _TILDE = re.compile(r"~[A-Za-z0-9._-]*")
 
 
-def _head_path(out: str) -> str:
+def head_path(out: str) -> str:
     """--out as the head will see it: absolute, or ~/... for the head's home. A relative
     path would land in the working_dir copy, which Ray deletes."""
     head = out.split("/", 1)[0]
@@ -34,7 +34,7 @@ def _shell_word(path: str) -> str:
     return shlex.quote(path)
 
 
-def _entrypoint(spec_rel: str, out_dir: str, backend: str | None, max_trials: int | None,
+def job_entrypoint(spec_rel: str, out_dir: str, backend: str | None, max_trials: int | None,
                 time_budget: float | None = None, force: bool = False) -> str:
     """`sh -c` text on the head: expand the run directory there, name it (and the
     cluster's GCS address, for the resume command) in the log, then become the sweep, so

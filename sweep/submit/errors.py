@@ -8,7 +8,7 @@ class SubmitError(Exception):
     """Bad input found before anything was submitted: one line, exit 2."""
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:300]
 

@@ -19,7 +19,7 @@ from sweep.console import Output
 from sweep.run.stop import StopController
 from sweep.submit.dashboard import HOW_TO_INSTALL
 from sweep.submit.entrypoint import GCS_MARK, RUN_DIR_MARK
-from sweep.submit.errors import _one_line
+from sweep.submit.errors import one_line
 
 # How long the job's supervisor lets a stopped sweep drain (see sweep/submit/__init__.py).
 STOP_WAIT_VAR = "RAY_JOB_STOP_WAIT_TIME_S"
@@ -99,7 +99,7 @@ class Job:
         failure = tail.exception()
         status = await asyncio.to_thread(self._final_status)
         if status is None:
-            why = f" ({_one_line(failure)})" if failure else ""
+            why = f" ({one_line(failure)})" if failure else ""
             self.io.note(f"error: lost the job's logs at {self.url}{why}; the job may still "
                           "be running")
             self._commands()
@@ -152,7 +152,7 @@ class Job:
             self.client.stop_job(self.submission_id)
         except Exception as e:  # the dashboard gone: say how to stop it later
             self.io.note(f"\n{name}: could not ask {self.url} to stop job "
-                          f"{self.submission_id} ({_one_line(e)}); stop it with: "
+                          f"{self.submission_id} ({one_line(e)}); stop it with: "
                           f"{self._ray_job('stop')}")
             return
         self.io.note(f"\n{name}: asked job {self.submission_id} to stop: the sweep finishes "
@@ -213,7 +213,7 @@ class Job:
             if info.driver_exit_code is not None else ""
         self.io.result(f"sweep submit: job {self.submission_id} {status}{exited}")
         if status == "FAILED" and info.driver_exit_code is None:
-            self.io.note(f"error: {_one_line(RuntimeError(info.message or ''))}")
+            self.io.note(f"error: {one_line(RuntimeError(info.message or ''))}")
         if self.no_module:
             self.io.note("error: the head node's Python cannot import this project; "
                           f"install it on every node ({HOW_TO_INSTALL})")

@@ -19,7 +19,7 @@ EXCLUDES = [".git", ".venv", "venv", ".env", "env", "runs", "__pycache__", "*.py
             ".mypy_cache", ".pytest_cache", ".ruff_cache", "*.egg-info", ".ipynb_checkpoints"]
 
 
-def _shipped_path(spec: Path, here: Path) -> str:
+def shipped_path(spec: Path, here: Path) -> str:
     """The spec's path inside the working_dir copy; it must be in what is shipped."""
     absolute = Path(os.path.abspath(spec))
     try:
@@ -144,7 +144,7 @@ def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
-def _check_size(here: Path) -> None:
+def check_size(here: Path) -> None:
     """Ray packs the whole directory before it can refuse it (minutes for gigabytes, deaf
     to Ctrl+C meanwhile): refuse one that is surely too large at once, naming its largest
     file (and the symlink that brings it in, which a listing of the directory hides)."""
