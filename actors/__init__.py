@@ -1,1 +1,2 @@
-"""The GPU side: the trial worker actor, its backends and timing."""
+"""The worker side: the trial worker, the backends it runs trials on, their compile pool,
+launcher and timing, and the records it exchanges with the driver (protocol.py)."""

@@ -1,1 +1,2 @@
-"""What survives a crash: records, journal, Parquet table, snapshot."""
+"""What survives a crash: the trial record, the journal (its file and its meaning), the
+Parquet table, the snapshot and best.json, the run directory's lock, the best-config cache."""

@@ -1,4 +1,6 @@
-"""The driver side of the sweep: spec, space, driver loop, signals, CLI, Python API."""
+"""The driver side of the sweep, in folders that follow the flow (spec, search, engines,
+run, results, report; docs/design.md draws them), with the command and the Python API on
+top. Here, below all of them: the exit codes and the one failure every layer may raise."""
 
 # Exit codes of the `sweep` command; 128 + the signal number when a signal stopped it.
 # EXIT_NONE_WORKED: the run is complete, and no config succeeded.
