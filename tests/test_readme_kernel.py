@@ -50,10 +50,11 @@ import sweep.tuned
 used = []
 real = sweep.tuned.tuned_config
 def spy(*args, **kwargs):
-    used.append(real(*args, **kwargs))
+    used.append(real(*args, nearest=nearest, **kwargs))
     return used[-1]
 tuned_config = spy
-for n in (1000, 999):
+# The size tuned; one that was not, from the nearest tuned; with nearest=False, the default.
+for n, nearest in ((1000, True), (999, True), (999, False)):
     x, y = torch.randn(n), torch.randn(n)
     assert torch.allclose(add(x, y), x + y)
 print(json.dumps(used))
@@ -74,4 +75,4 @@ def test_readme_launch_code_uses_the_tuned_config_with_a_fallback(tmp_path):
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == [best, {"BLOCK": 1024}]
+    assert json.loads(done.stdout.splitlines()[-1]) == [best, best, {"BLOCK": 1024}]
