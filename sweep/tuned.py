@@ -144,18 +144,33 @@ def _lookup(kernel: str, problem: tuple[tuple[str, Any], ...],
 
 
 _found: dict[tuple[Any, ...], CacheEntry] = {}
-_near: dict[tuple[Any, ...], TunedEntry] = {}  # complete entries that answered a miss
+# The nearest answer to each miss (None: none), with the cache directory's modification
+# time it was found at: an entry written or replaced since (a rename into the directory)
+# changes it, so a launch pays one stat, not one scan of the cache.
+_near: dict[tuple[Any, ...], tuple[int, TunedEntry | None]] = {}
 
 
 def _nearest(kernel: str, problem: tuple[tuple[str, Any], ...],
              fixed: tuple[tuple[str, Any], ...], backend: str, device: str,
              partial: bool) -> TunedEntry | None:
-    """The nearest entry that differs from the problem only in sizes. A complete one is
-    kept for the life of the process, as an exact one is: one scan of the cache a
-    problem, not one a launch."""
-    key = (kernel, problem, fixed, backend, device, str(cache_dir()), partial)
-    if key in _near:
-        return _near[key]
+    """The nearest entry that differs from the problem only in sizes."""
+    root = cache_dir()
+    try:
+        stamp = root.stat().st_mtime_ns
+    except OSError:  # no cache yet
+        return None
+    key = (kernel, problem, fixed, backend, device, str(root), partial)
+    known = _near.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    found = _scan(kernel, problem, fixed, backend, device, partial)
+    _near[key] = (stamp, found)
+    return found
+
+
+def _scan(kernel: str, problem: tuple[tuple[str, Any], ...],
+          fixed: tuple[tuple[str, Any], ...], backend: str, device: str,
+          partial: bool) -> TunedEntry | None:
     source, merged = _identity(kernel, problem)
     versions = library_versions()
     near = [e for e in of_kernel(kernel) if e.kernel_source == source and
@@ -167,10 +182,7 @@ def _nearest(kernel: str, problem: tuple[tuple[str, Any], ...],
     best = min(near, key=lambda e: (distance(merged, e.problem), e.partial,
                                     [-e.problem[k] for k in sorted(e.problem)
                                      if merged[k] != e.problem[k]]))
-    found = _tuned(best, distance(merged, best.problem))
-    if not found.partial:
-        _near[key] = found
-    return found
+    return _tuned(best, distance(merged, best.problem))
 
 
 def _tuned(entry: CacheEntry, how_far: float) -> TunedEntry:

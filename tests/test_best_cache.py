@@ -191,6 +191,27 @@ def test_launch_code_gets_the_nearest_tuned_size_of_the_same_dtype():
     assert near(asked) == {"BLOCK_N": 64}
 
 
+def test_a_nearest_answer_costs_one_scan_until_the_cache_changes(monkeypatch):
+    import sweep.tuned
+
+    cached({"rows": 4, "cols": 64, "dtype": "float32"}, {"BLOCK_N": 32})
+    scans = []
+    real = sweep.tuned.of_kernel
+    monkeypatch.setattr(sweep.tuned, "of_kernel", lambda k: scans.append(k) or real(k))
+    asked = {"rows": 4, "cols": 512, "dtype": "float32"}
+    for _ in range(3):  # launch after launch
+        assert tuned_config("softmax", asked, device="cpu-interpreter") == {"BLOCK_N": 32}
+    assert tuned_config("softmax", {**asked, "dtype": "float16"}, default={},
+                        device="cpu-interpreter") == {}
+    assert tuned_config("softmax", {**asked, "dtype": "float16"}, default={},
+                        device="cpu-interpreter") == {}
+    assert len(scans) == 2  # one for each size asked, none had a neighbour or not
+    # A nearer size tuned meanwhile (another process's sweep) answers from then on.
+    cached({"rows": 4, "cols": 1024, "dtype": "float32"}, {"BLOCK_N": 256})
+    assert tuned_config("softmax", asked, device="cpu-interpreter") == {"BLOCK_N": 256}
+    assert len(scans) == 3
+
+
 def test_a_partial_entry_answers_a_nearby_size_only_when_asked():
     cached({"rows": 4, "cols": 64, "dtype": "float32"}, {"BLOCK_N": 32}, partial=True)
     asked = {"rows": 4, "cols": 128, "dtype": "float32"}

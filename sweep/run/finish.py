@@ -55,16 +55,21 @@ def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: 
     if ending != "complete":
         return Finish()
     if should_stop():  # stopped as the last trial or a rung ended
-        return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
-                                    for d in tally.devices))
+        return _cut_short(spec, tally)
     promoted = halve(run, spec, space, driver, progress, should_stop) \
         if spec.search.strategy == "halving" else None
     if should_stop():
-        return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
-                                    for d in tally.devices))
+        return _cut_short(spec, tally)
     done = retime_finalists(spec, driver, tally, progress, should_stop, backend, promoted)
     timeline["finalists_done"] = time.time()
     return done
+
+
+def _cut_short(spec: Spec, tally: Tally) -> Finish:
+    """A stop before the finalists were re-timed: unsettled wherever there were two or
+    more to re-time."""
+    return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
+                                for d in tally.devices))
 
 
 def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
