@@ -105,12 +105,15 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     specialises on dtypes, alignment and some integer values), then compile on request.
     A set-up that fails says why before the process ends."""
     inbox, outbox = child.connect(read_fd, write_fd)
+    spec = json.loads(spec_json)
     try:
-        kernel, problem, args, fixed = _set_up(json.loads(spec_json))
+        kernel, problem, args, fixed = _set_up(spec)
     except Exception as e:
         outbox.send(("failed", None, child.error_line(e)))
         return
     outbox.send(("ready", None, None))
+    keys = spec.get("problem_keys") or []
+    made = {repr(sorted(problem.items())): args}  # launch arguments per problem
     while True:
         try:
             key, config = inbox.recv()
@@ -118,6 +121,12 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             return
         t0 = time.perf_counter()
         try:
+            if keys:  # a sweep over problems: this config's problem, its arguments
+                problem = {**problem, **{k: config[k] for k in keys}}
+                config = {k: v for k, v in config.items() if k not in keys}
+                args = made.get(repr(sorted(problem.items()))) or _arguments(
+                    kernel, problem, spec["seed"])
+                made[repr(sorted(problem.items()))] = args
             keywords = {**fixed, **config}
             compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, keywords), **keywords)
             # Loading it here checks the GPU's limits (shared memory, threads per block) and
@@ -141,12 +150,16 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
     kernel = load_kernel(spec["kernel"], spec["kernel_path"])
     # A spec's problem as written, before its kernel's defaults were merged, is enough.
     problem = {**kernel.problem_defaults, **spec["problem"]}
-    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    inputs = kernel.make_inputs(problem, device, spec["seed"])
-    args, _ = kernel.launch_args(inputs, problem)
+    args = _arguments(kernel, problem, spec["seed"])
     # As the launcher passes them (actors/triton_backend.py): a compile for other
     # keyword values would fill the cache with a binary nobody launches.
     return kernel, problem, args, {**kernel.fixed, **spec["fixed"]}
+
+
+def _arguments(kernel: Any, problem: dict[str, Any], seed: int) -> Any:
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    inputs = kernel.make_inputs(problem, device, seed)
+    return kernel.launch_args(inputs, problem)[0]
 
 
 @dataclass
@@ -162,14 +175,16 @@ class CompilePool:
     def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
                  limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
                  stderr: IO[bytes] | None = None,
-                 fixed: Mapping[str, Any] | None = None, unforked: bool = True) -> None:
+                 fixed: Mapping[str, Any] | None = None, unforked: bool = True,
+                 problem_keys: Sequence[str] = ()) -> None:
         """devices: GPU ids to spread the processes over (each sets up CUDA for its
         launch arguments); default: the one this process sees. stderr: where the
         processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
         whether processes start on their own where forks cannot (each imports torch and
         the kernel itself: seconds of CPU), or the pool stays down."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
-                      "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {})}
+                      "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
+                      "problem_keys": list(problem_keys)}
         self._devices = list(devices)
         self.limit = limit
         self._stderr = stderr

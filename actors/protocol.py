@@ -50,11 +50,14 @@ class CompileLimit:
                 f"{self.seconds:.0f} s (set run.compile_timeout_s to change it)")
 
 
-def compile_weight(config: Mapping[str, Any]) -> float:
+def compile_weight(config: Mapping[str, Any], problem_keys: Sequence[str] = ()) -> float:
     """How slow a config is likely to compile: the product of its integer parameters
-    (tile sizes, warps, stages). Only the order matters."""
+    (tile sizes, warps, stages), its problem keys aside (a size is no compile's cost).
+    Only the order matters."""
     weight = 1.0
-    for value in config.values():
+    for key, value in config.items():
+        if key in problem_keys:
+            continue
         if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             weight *= value
     return weight
@@ -143,3 +146,6 @@ class WorkerSettings:
     run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
     # Keyword arguments passed on every launch and compile besides the config's.
     fixed: dict[str, Any] = field(default_factory=dict)
+    # A sweep over problems: the problem keys each config carries (over `problem`, the
+    # first problem's), which its record leaves out.
+    problem_keys: tuple[str, ...] = ()

@@ -85,14 +85,18 @@ class TritonBackend:
     def __init__(self, kernel: Kernel, problem: Mapping[str, Any], *, interpret: bool,
                  trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
                  tolerance: tuple[float, float] | None, seed: int,
-                 fixed: Mapping[str, Any] | None = None) -> None:
+                 fixed: Mapping[str, Any] | None = None,
+                 problem_keys: Sequence[str] = ()) -> None:
         """trial_timing, finalist_timing: (warmup_ms, rep_ms) for every config's timing and
         for the finalists' re-timing. fixed: keyword arguments passed on every launch
-        besides the config's (the spec's; the kernel's own defaults are merged in here)."""
+        besides the config's (the spec's; the kernel's own defaults are merged in here).
+        problem_keys: in a sweep over problems, the keys each config carries besides its
+        parameters, which set them in `problem` for that trial."""
         import torch
 
         self.kernel = kernel
         self.problem = problem
+        self.problem_keys = tuple(problem_keys)
         # Under the config's keys: a parameter the spec tunes overrides a kernel default.
         self.fixed = {**kernel.fixed, **(fixed or {})}
         self.interpret = interpret
@@ -102,20 +106,36 @@ class TritonBackend:
         self.device = "cpu" if interpret else "cuda"
         self.device_name = ("cpu-interpreter" if interpret
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
-        # Fixed inputs for re-timing finalists side by side; trials draw fresh ones.
-        self.inputs = kernel.make_inputs(problem, self.device, seed)
-        self.args, self.out = kernel.launch_args(self.inputs, problem)
-        self._warm_up(self.inputs)
+        self.seed = seed
+        # Per problem, made once: fixed inputs for re-timing finalists side by side
+        # (trials draw fresh ones) and their launch arguments.
+        self._fixed_inputs: dict[str, tuple[Any, Any, Any]] = {}
+        self._warm_up(self._inputs_for(problem)[0], problem)
 
-    def _warm_up(self, inputs: tuple[Any, ...]) -> None:
+    def _split(self, config: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """(the trial's problem, the kernel's config) of a config as the worker got it."""
+        if not self.problem_keys:
+            return self.problem, dict(config)
+        problem = {**self.problem, **{k: config[k] for k in self.problem_keys}}
+        return problem, {k: v for k, v in config.items() if k not in self.problem_keys}
+
+    def _inputs_for(self, problem: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        """(inputs, args, out) of the problem, made once by this process."""
+        key = repr(sorted(problem.items()))
+        if key not in self._fixed_inputs:
+            inputs = self.kernel.make_inputs(problem, self.device, self.seed)
+            self._fixed_inputs[key] = (inputs, *self.kernel.launch_args(inputs, problem))
+        return self._fixed_inputs[key]
+
+    def _warm_up(self, inputs: tuple[Any, ...], problem: Mapping[str, Any]) -> None:
         """Pay the one-time costs now, while the compile pool starts, not in the first
         trial (on an H200 that trial took 1.3 s longer than the rest, cache warm): torch's
         first reference and comparison (cuBLAS set-up), the timer, Triton's GPU driver."""
         import torch
 
-        expected = outputs(self.kernel.reference(inputs, self.problem))[0]
+        expected = outputs(self.kernel.reference(inputs, problem))[0]
         torch.allclose(expected, expected)
-        first = outputs(self.out)[0]
+        first = outputs(self._inputs_for(problem)[2])[0]
         self._time(lambda: first.zero_(), 1.0, 1.0)
         if not self.interpret:
             from triton.runtime import driver
@@ -128,8 +148,9 @@ class TritonBackend:
         import torch
 
         fn = self.kernel.fn
+        problem, config = self._split(config)
         keywords = self._keywords(config)
-        grid = self.kernel.grid(self.problem, keywords)
+        grid = self.kernel.grid(problem, keywords)
         compile_ms = None
         if compiled is not None:
             if not compiled.ok:
@@ -139,8 +160,8 @@ class TritonBackend:
             compile_ms = compiled.compile_ms
         # Validate on fresh random inputs for every config: a config must compute the same
         # function on any valid input, not on one lucky draw.
-        inputs = self.kernel.make_inputs(self.problem, self.device, seed)
-        args, out = self.kernel.launch_args(inputs, self.problem)
+        inputs = self.kernel.make_inputs(problem, self.device, seed)
+        args, out = self.kernel.launch_args(inputs, problem)
         if compiled is None and not self.interpret:
             t0 = time.perf_counter()
             try:
@@ -166,7 +187,7 @@ class TritonBackend:
         if self.tolerance is not None:
             rtol, atol = self.tolerance
             got = outputs(out)
-            expected = outputs(self.kernel.reference(inputs, self.problem))
+            expected = outputs(self.kernel.reference(inputs, problem))
             if len(expected) != len(got):
                 return TrialOutcome(
                     "runtime_error", "skipped", compile_ms=compile_ms,
@@ -197,15 +218,21 @@ class TritonBackend:
         drift and heat fall on all of them alike; each gets the median over rounds. The
         kernel's torch baseline (its reference where it has none) takes its turn in the
         same rotation, on the same inputs: what the winner is compared with. One that
-        fails is left out (the finalists' timings stand)."""
-        launches = [self._launcher(c) for c in configs]
+        fails is left out (the finalists' timings stand). In a sweep over problems the
+        finalists are of one problem, whose fixed inputs they share."""
+        split = [self._split(c) for c in configs]
+        problem = split[0][0] if split else self.problem
+        if any(p != problem for p, _ in split):
+            raise ValueError("finalists of more than one problem re-timed together")
+        inputs, args, _ = self._inputs_for(problem)
+        launches = [self._launcher(c, problem, args) for _, c in split]
         samples: list[list[float]] = [[] for _ in configs]
         torch_fn = self.kernel.baseline or self.kernel.reference
 
         baseline: list[float] | None = []
 
         def run_baseline() -> None:
-            torch_fn(self.inputs, self.problem)
+            torch_fn(inputs, problem)
 
         def try_baseline(timed: bool) -> None:
             nonlocal baseline
@@ -234,10 +261,11 @@ class TritonBackend:
         """What the kernel and its grid get: the fixed values and the config."""
         return {**self.fixed, **config}
 
-    def _launcher(self, config: Mapping[str, Any]) -> Callable[[], None]:
+    def _launcher(self, config: Mapping[str, Any], problem: Mapping[str, Any],
+                  args: Sequence[Any]) -> Callable[[], None]:
         keywords = self._keywords(config)
-        fn, grid = self.kernel.fn, self.kernel.grid(self.problem, keywords)
-        return lambda: fn[grid](*self.args, **keywords)
+        fn, grid = self.kernel.fn, self.kernel.grid(problem, keywords)
+        return lambda: fn[grid](*args, **keywords)
 
     def _launch_failure(self, e: Exception, compile_ms: float | None,
                         validation: str = "skipped") -> TrialOutcome:

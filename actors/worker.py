@@ -92,7 +92,8 @@ def launcher_payload(settings: WorkerSettings) -> str:
         "kernel": settings.kernel, "kernel_path": settings.kernel_path,
         "problem": dict(settings.problem), "interpret": traits(settings.backend).interpreted,
         "trial_timing": settings.trial_timing, "finalist_timing": settings.finalist_timing,
-        "tolerance": settings.tolerance, "seed": settings.seed, "fixed": dict(settings.fixed)})
+        "tolerance": settings.tolerance, "seed": settings.seed, "fixed": dict(settings.fixed),
+        "problem_keys": list(settings.problem_keys)})
 
 
 def make_compiler(settings: WorkerSettings) -> Compiler | None:
@@ -105,7 +106,8 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
         from actors.compile_pool import CompilePool
 
         return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
-                           settings.seed, limit, settings.kernel_path, fixed=settings.fixed)
+                           settings.seed, limit, settings.kernel_path, fixed=settings.fixed,
+                           problem_keys=settings.problem_keys)
     return None
 
 
@@ -158,6 +160,7 @@ class TrialWorker:
         self.backend = make_backend(settings, kind)
         self.seed = settings.seed
         self.run_id = settings.run
+        self.problem_keys = settings.problem_keys
         self.name = name
         self.node = socket.gethostname()
         self._held: list[_Held] = []  # in batch order
@@ -193,7 +196,8 @@ class TrialWorker:
                 self.pool.set_limit(limit)
             for index, config, _ in trials:
                 self.pool.submit(index, config)
-            self._weights += [compile_weight(config) for _, config, _ in trials]
+            self._weights += [compile_weight(config, self.problem_keys)
+                              for _, config, _ in trials]
             for index, config in ahead:
                 self.pool.hint(index, config)
         with self._changed:
@@ -275,7 +279,7 @@ class TrialWorker:
                 # timeout there (minutes, for 1-2 warps on 32x8192), where no compile
                 # limit stops it. Once the pool is down, every config is compiled here.
                 configs = {t[0]: t[1] for h in held_now for t in h.trials}
-                weight = {k: compile_weight(configs[k]) for k in keys}
+                weight = {k: compile_weight(configs[k], self.problem_keys) for k in keys}
                 waited = time.monotonic() - (idle_since or time.monotonic())
                 any_weight = self.pool.down() or waited >= HEAVY_WAIT_S
                 quickest = sorted(keys, key=weight.__getitem__)
@@ -323,6 +327,8 @@ class TrialWorker:
         seed = hash((self.seed, index)) & 0x7FFFFFFF
         with self._device:
             outcome = self.backend.run_trial(config, seed, compiled)
+        if self.problem_keys:  # the row's columns hold the problem; its config, the kernel's
+            config = {k: v for k, v in config.items() if k not in self.problem_keys}
         record = TrialRecord.from_outcome(
             index, config, outcome, device=device, node=self.node,
             worker=self.name, attempt=attempt, started_at=started, finished_at=time.time())

@@ -49,6 +49,9 @@ class Snapshot:
     # [start, last write] of every session that ran this run, this one last: a report
     # tells a worker's idle time within a session from the time between two.
     sessions: list[list[float]] = field(default_factory=list)
+    # A sweep over problems: best.json's `by_problem` (each problem's best, bests by
+    # device, finalists and baseline), kept to rebuild it.
+    by_problem: list[dict[str, Any]] = field(default_factory=list)
 
 
 def checksum(body: dict[str, Any]) -> str:
@@ -104,6 +107,7 @@ def _snapshot_intact(snap: Snapshot) -> bool:
         and isinstance(snap.timeline, dict) and all(isinstance(k, str) and finite(v)
                                                     for k, v in snap.timeline.items()) \
         and of_dicts(snap.baseline) and isinstance(snap.sessions, list) and \
+        isinstance(snap.by_problem, list) and all(map(_problem_intact, snap.by_problem)) and \
         all(isinstance(s, list) and len(s) == 2 and all(map(finite, s)) for s in snap.sessions)
 
 
@@ -153,28 +157,60 @@ def _best_doc_intact(doc: dict[str, Any]) -> bool:
             not all(isinstance(f, dict) for f in doc["finalists"]) or \
             not isinstance(by_device, dict) or not isinstance(doc.get("baseline", {}), dict):
         return False
+    if not isinstance(doc.get("by_problem", []), list) or \
+            not all(map(_problem_intact, doc.get("by_problem", []))):
+        return False
     if all(v is None for v in head):
         return not by_device
-    has_devices = bool(by_device) or "by_device" not in doc
-    return _best_fields(*head[:3]) and _device_name(head[3]) and has_devices and \
+    return _head_intact(head, by_device, "by_device" not in doc)
+
+
+def _head_intact(head: list[Any], by_device: Any, older: bool = False) -> bool:
+    """config, index, latency_ms and device of a best, and its bests by device."""
+    has_devices = bool(by_device) or older
+    return isinstance(by_device, dict) and _best_fields(*head[:3]) and \
+        _device_name(head[3]) and has_devices and \
         all(_device_name(d) and isinstance(b, dict) and
             _best_fields(b.get("config"), b.get("index"), b.get("latency_ms"))
             for d, b in by_device.items())
 
 
+PROBLEM_KEYS = ("problem", "first_index", "configs", "config", "index", "latency_ms",
+                "device", "by_device", "finalists", "baseline")
+
+
+def _problem_intact(doc: Any) -> bool:
+    """One problem of best.json's by_problem, as write_best gives it."""
+    if not isinstance(doc, dict) or set(doc) != set(PROBLEM_KEYS) or \
+            not isinstance(doc["problem"], dict) or \
+            not all(isinstance(k, str) and scalar(v) for k, v in doc["problem"].items()) or \
+            not all(isinstance(doc[k], int) and not isinstance(doc[k], bool) and doc[k] >= 0
+                    for k in ("first_index", "configs")) or \
+            not isinstance(doc["finalists"], list) or \
+            not all(isinstance(f, dict) for f in doc["finalists"]) or \
+            not isinstance(doc["baseline"], dict):
+        return False
+    head = [doc[k] for k in ("config", "index", "latency_ms", "device")]
+    if all(v is None for v in head):
+        return doc["by_device"] == {}
+    return _head_intact(head, doc["by_device"])
+
+
 BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint", "finalists",
-             "by_device", "baseline")
-NEWER_BEST_KEYS = ("by_device", "baseline")
+             "by_device", "baseline", "by_problem")
+NEWER_BEST_KEYS = ("by_device", "baseline", "by_problem")
 
 
 def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool,
                finalists: list[dict[str, Any]] | None = None,
                by_device: dict[str, Best] | None = None,
-               baseline: dict[str, dict[str, Any]] | None = None) -> None:
+               baseline: dict[str, dict[str, Any]] | None = None,
+               by_problem: list[dict[str, Any]] | None = None) -> None:
     """finalists: the fastest few re-timed side by side, which chose `best` (may be empty;
     each names the device type it was re-timed on). by_device: the best of each device
     type; `best` is the fastest of them. baseline: torch doing the same job, timed among
-    the finalists, by device type (see Snapshot.baseline)."""
+    the finalists, by device type (see Snapshot.baseline). by_problem: in a sweep over
+    problems, each problem's (problem_doc); `best` and the rest are then the first's."""
     doc = {
         "config": best.config if best else None,
         "index": best.index if best else None,
@@ -187,4 +223,22 @@ def write_best(path: Path, best: Best | None, *, fingerprint: str, partial: bool
                       for d, b in sorted((by_device or {}).items())},
         "baseline": dict(sorted((baseline or {}).items())),
     }
+    if by_problem:
+        doc["by_problem"] = by_problem
     write_bytes_atomically(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def problem_doc(problem: dict[str, Any], first_index: int, configs: int, best: Best | None,
+                by_device: dict[str, Best], finalists: list[dict[str, Any]],
+                baseline: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One problem of best.json's by_problem: the problem (every key, the kernel's defaults
+    merged in), its configs' index range, its best as best.json's head holds one."""
+    return {
+        "problem": problem, "first_index": first_index, "configs": configs,
+        "config": best.config if best else None, "index": best.index if best else None,
+        "latency_ms": best.latency_ms if best else None,
+        "device": best.device if best else None,
+        "by_device": {d: {"config": b.config, "index": b.index, "latency_ms": b.latency_ms}
+                      for d, b in sorted(by_device.items())},
+        "finalists": finalists, "baseline": dict(sorted(baseline.items())),
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -13,6 +14,25 @@ from storage.records import PRUNED
 from sweep.console import say
 from sweep.numbers import significant
 from sweep.results.tally import Tally
+from sweep.spec import Spec
+
+
+def problem_labels(spec: Spec) -> list[str]:
+    """Each problem of a sweep over problems by the keys that vary (`M=16, N=4096`)."""
+    keys = spec.problem_keys
+    return [", ".join(f"{k}={p[k]}" for k in keys) for p in spec.problems]
+
+
+def _say_best(out: Console, tally: Tally, lead: str, partial: str) -> None:
+    if tally.best is None:
+        say(out, f"{lead}none (no trial succeeded)")
+        return
+    # On a cluster of several device types, the best of each (the fastest first).
+    bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
+        if len(tally.by_device) > 1 else [tally.best]
+    for b in bests:
+        say(out, f"{lead}#{b.index} {json.dumps(b.config, sort_keys=True)} "
+                 f"{significant(b.latency_ms)} ms on {b.device}{partial}")
 
 
 def resume_command(path: Path) -> str:
@@ -30,21 +50,18 @@ def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str
 
 
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
-                  elapsed_s: float, resume_options: str = "", most: int | None = None) -> None:
-    """most: the trials a search runs at most (see how_many)."""
+                  elapsed_s: float, resume_options: str = "", most: int | None = None,
+                  problems: Sequence[str] = ()) -> None:
+    """most: the trials a search runs at most (see how_many). problems: in a sweep over
+    problems, each one's label (`M=16`): a best line each."""
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
     done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0), most)
     say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
-    if tally.best:
-        partial = "" if state == "complete" else " (partial)"
-        # On a cluster of several device types, the best of each (the fastest first).
-        bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
-            if len(tally.by_device) > 1 else [tally.best]
-        for b in bests:
-            say(out, f"  best: #{b.index} {json.dumps(b.config, sort_keys=True)} "
-                     f"{significant(b.latency_ms)} ms on {b.device}{partial}")
-    else:
-        say(out, "  best: none (no trial succeeded)")
+    partial = "" if state == "complete" else " (partial)"
+    if not tally.problems:
+        _say_best(out, tally, "  best: ", partial)
+    for label, mine in zip(problems, tally.problems):
+        _say_best(out, mine, f"  best for {label}: ", partial)
     say(out, f"  results: {path}/trials.parquet")
     if state != "complete":
         say(out, f"  resume with: {resume_command(path)}{resume_options}")

@@ -1,7 +1,9 @@
-"""Running totals of a sweep: counts by status and the best config so far."""
+"""Running totals of a sweep: counts by status and the best config so far (in a sweep over
+problems, also per problem: a best across problems means nothing)."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 from collections import Counter
@@ -28,6 +30,25 @@ class Tally:
     # Best).
     _leaders: dict[str, list[tuple[float, int, Best]]] = field(default_factory=dict,
                                                               repr=False)
+    # A sweep over problems: the first index of each problem's configs (Space.starts), and
+    # a tally of each problem's own trials (their indices stay the sweep's).
+    starts: tuple[int, ...] = (0,)
+    problems: list[Tally] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.starts) > 1 and not self.problems:
+            ends = [*self.starts[1:], self.total]
+            self.problems = [Tally(total=end - start)
+                             for start, end in zip(self.starts, ends)]
+
+    def problem(self, p: int) -> Tally:
+        """Problem p's tally (this one, in a sweep of one problem)."""
+        return self.problems[p] if self.problems else self
+
+    @property
+    def headline(self) -> Tally:
+        """The tally whose best a run's best.json leads with: the first problem's."""
+        return self.problem(0)
 
     def leaders(self, k: int, device: str | None = None) -> list[Best]:
         """The k fastest ok trials so far (on the device type, if given), fastest first
@@ -66,6 +87,10 @@ class Tally:
         return self.done - self.counts.get("ok", 0) - self.counts.get(PRUNED, 0)
 
     def add(self, records: Iterable[TrialRecord]) -> None:
+        if self.problems:
+            records = list(records)
+            for r in records:
+                self.problems[bisect.bisect_right(self.starts, r.index) - 1].add((r,))
         for r in records:
             self.counts[r.status] += 1
             if r.status != "ok" or r.latency_ms is None:
@@ -83,8 +108,21 @@ class Tally:
         self.best = min(self.by_device.values(), key=lambda b: (b.latency_ms, b.index))
 
     @classmethod
-    def from_journal(cls, total: int, table: pa.Table) -> Tally:
+    def from_journal(cls, total: int, table: pa.Table,
+                     starts: tuple[int, ...] = (0,)) -> Tally:
         """Rebuild from journal rows without touching them row by row in Python."""
+        tally = cls._from_rows(total, table)
+        if len(starts) > 1:
+            ends = [*starts[1:], total]
+            index = table.column("index")
+            tally.starts = starts
+            tally.problems = [cls._from_rows(end - start, table.filter(pc.and_(
+                pc.greater_equal(index, start), pc.less(index, end))))
+                for start, end in zip(starts, ends)]
+        return tally
+
+    @classmethod
+    def _from_rows(cls, total: int, table: pa.Table) -> Tally:
         tally = cls(total=total)
         if table.num_rows == 0:
             return tally

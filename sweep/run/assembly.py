@@ -101,7 +101,7 @@ def _resumed(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
                         pa.Table | None]:
     """The tally, done indices, attempts spent and deaths a session goes on from, the
     records that count (None: a new run) and a search's pruned rows (decided again)."""
-    tally = Tally(total=len(space))
+    tally = Tally(total=len(space), starts=space.starts)
     done = np.empty(0, int)
     spent, deaths = read_attempts(run.attempts, rundir.record_check(spec, space))
     if loaded is None:
@@ -126,7 +126,7 @@ def _resumed(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
                               pruned_before.column("attempt").to_pylist()):
             spent[i] = max(spent.get(i, 0), attempt)
         records = records.filter(pc.invert(pruned))
-    tally = Tally.from_journal(len(space), records)
+    tally = Tally.from_journal(len(space), records, space.starts)
     return tally, records.column("index").to_numpy(), spent, deaths, records, pruned_before
 
 
@@ -192,7 +192,7 @@ def _limits(spec: Spec, backend: str, placement: Placement,
 
 def worker_settings(spec: Spec, backend: str) -> WorkerSettings:
     return WorkerSettings(
-        backend=backend, kernel=spec.kernel, problem=dict(spec.problem),
+        backend=backend, kernel=spec.kernel, problem=dict(spec.each_problem()[0]),
         trial_timing=spec.timing.per_config(spec.run.finalists),
         finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
         tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
@@ -202,7 +202,7 @@ def worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         compile_timeout_s=spec.run.compile_limit_s,
         kernel_path=str(Path.cwd()),
         replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale},
-        run=spec.fingerprint, fixed=dict(spec.fixed))
+        run=spec.fingerprint, fixed=dict(spec.fixed), problem_keys=spec.problem_keys)
 
 
 def _batch_size(spec: Spec, backend: str, placement: Placement) -> int:

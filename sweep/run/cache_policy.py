@@ -19,6 +19,7 @@ from rich.console import Console
 from actors.backends import traits
 from storage import cache
 from storage.readback import printable
+from storage.records import canonical_json
 from sweep.console import say
 from sweep.engines import machine
 from sweep.engines.runtime import Engine, Placement
@@ -59,11 +60,11 @@ class CacheAnswers:
         origin = origin_of(spec.kernel, str(Path.cwd()))
         hits = self._answering([e for e in cache.answered_by_files(
             spec.kernel, spec.declared_fingerprint, backend, origin, file_digest)
-            if fits(spec, e)], on) if origin else []
+            if fits(spec, e)], on, len(spec.each_problem())) if origin else []
         if hits or not cache.declared_somewhere(spec.kernel, spec.declared_fingerprint):
             return hits, None
         full = imported()
-        hits = self._answering(candidates(full, backend), on)
+        hits = self._answering(candidates(full, backend), on, len(full.each_problem()))
         return hits, full if hits else None
 
     def after_connect(self, spec: Spec, engine: Engine, backend: str, placement: Placement,
@@ -77,24 +78,32 @@ class CacheAnswers:
             devices: Devices | None = [("cpu-interpreter", cache.library_versions())]
         else:  # only now, with an answer likely: it starts a process on a GPU
             devices = engine.device_names(sorted(set(placement.kinds)) or [""], stop_requested)
-        return self._answering(found, devices or [])
+        return self._answering(found, devices or [], len(spec.each_problem()))
 
-    def _answering(self, found: list[cache.CacheEntry],
-                   devices: Devices) -> list[cache.CacheEntry]:
+    def _answering(self, found: list[cache.CacheEntry], devices: Devices,
+                   problems: int = 1) -> list[cache.CacheEntry]:
         """cache.answering among the entries whose run is still there: an answer names
-        where its best came from, and with that gone there is nothing to inspect."""
+        where its best came from, and with that gone there is nothing to inspect. A sweep
+        over problems is answered whole, every problem on every device, or not at all."""
         here = [e for e in found if not e.run_gone]
         self.gone += [e for e in found if e.run_gone and e not in self.gone
                       and cache.answering([e], devices)]
-        return cache.answering(here, devices)
+        groups: dict[str, list[cache.CacheEntry]] = {}
+        for e in here:
+            groups.setdefault(canonical_json(dict(e.problem)), []).append(e)
+        answers = [cache.answering(group, devices) for group in groups.values()]
+        if len(groups) != problems or not all(answers):
+            return []
+        return [e for answer in answers for e in answer]
 
 
 def candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
     """Cache entries that this very sweep (its fingerprint) completed on some device."""
     if not traits(backend).kernel:
         return []
-    return [e for e in cache.lookup(spec.kernel, spec.kernel_source, spec.problem,
-                                    spec.fixed_as_written)
+    return [e for problem in spec.each_problem()
+            for e in cache.lookup(spec.kernel, spec.kernel_source, problem,
+                                  spec.fixed_as_written)
             if e.backend == backend and not e.partial and spec.fingerprint in e.runs
             and fits(spec, e)]
 
@@ -108,21 +117,24 @@ def fits(spec: Spec, entry: cache.CacheEntry) -> bool:
 
 def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool,
                err: Console, versions: Mapping[str, Mapping[str, str]]) -> None:
-    """An entry per device type: a config tuned on one type says little of another. A
-    better best cached before (by another run) stays."""
+    """An entry per problem and device type, as separate runs would make: a config tuned
+    on one type says little of another. A better best cached before (by another run)
+    stays."""
     if spec.validation is None:
         say(err, "validation is off: the best-config cache takes only validated bests")
         return
     here = cache.library_versions()  # the workers' unless none came up (all done before)
     noise = interpreted_options(spec, backend)
     run_dir = str(path.resolve())
+    problems = spec.each_problem()
+    each = [(problems[p], tally.problem(p)) for p in range(len(problems))]
     try:
-        for best in tally.by_device.values():
+        for problem, best in ((q, b) for q, mine in each for b in mine.by_device.values()):
             # The interpreter ignores launch options: a pick among them is noise.
             config = {k: v for k, v in best.config.items() if k not in noise}
             kept, _ = cache.store(cache.CacheEntry(
                 kernel=spec.kernel, kernel_source=spec.kernel_source,
-                problem=dict(spec.problem), backend=backend, device=best.device,
+                problem=dict(problem), backend=backend, device=best.device,
                 config=config, latency_ms=best.latency_ms,
                 fingerprint=spec.fingerprint, run_dir=run_dir,
                 partial=partial, written_at=time.time(),
@@ -132,7 +144,8 @@ def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool
                 sources=dict(spec.kernel_files)),
                 unfit=lambda held: not fits(spec, held))
             if kept.run_dir != run_dir:
-                say(err, f"the best-config cache keeps its entry from "
+                of = f" for {canonical_json(dict(problem))}" if spec.problems else ""
+                say(err, f"the best-config cache keeps its entry{of} from "
                          f"{printable(kept.run_dir, 4096)}"
                          f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
                          f" ms on {printable(kept.device)}, this run's best "
@@ -143,8 +156,15 @@ def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool
 
 def print_cached(out: Console, spec: Spec, space: Space,
                  hits: list[cache.CacheEntry]) -> None:
-    for e in hits:
-        say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel} completed on "
+    order = spec.each_problem()
+
+    def place(e: cache.CacheEntry) -> int:  # the spec's order of problems
+        return next((i for i, p in enumerate(order)
+                     if all(e.problem.get(k) == v for k, v in p.items())), len(order))
+
+    for e in sorted(hits, key=place) if spec.problems else hits:
+        of = f" {canonical_json(dict(e.problem))}" if spec.problems else ""
+        say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel}{of} completed on "
                  f"{printable(e.device)} before; the best any sweep found there is from "
                  f"{printable(e.run_dir, 4096)} "
                  f"({time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")

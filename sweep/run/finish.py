@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from sweep.engines.runtime import RetimeAbandoned
+from sweep.results.summary import problem_labels
 from sweep.results.tally import LEADERS, Tally
 from sweep.run import rundir
 from sweep.run.assembly import Assembly, interpreted_options
@@ -41,6 +42,9 @@ class Finish:
     finalists: list[dict[str, Any]] = field(default_factory=list)
     baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
     unsettled: bool = False
+    # A sweep over problems: each problem's own finish (this one holds the first's
+    # finalists and baseline, which best.json leads with).
+    problems: list[Finish] = field(default_factory=list)
 
 
 def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: str,
@@ -60,16 +64,41 @@ def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: 
         if spec.search.strategy == "halving" else None
     if should_stop():
         return _cut_short(spec, tally)
-    done = retime_finalists(spec, driver, tally, progress, should_stop, backend, promoted)
+    if tally.problems:
+        done = _retime_each_problem(spec, space, driver, tally, progress, should_stop,
+                                    backend)
+    else:
+        done = retime_finalists(spec, driver, tally, progress, should_stop, backend,
+                                promoted)
     timeline["finalists_done"] = time.time()
     return done
 
 
+def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
+                         progress: ProgressReporter, should_stop: Callable[[], bool],
+                         backend: str) -> Finish:
+    """retime_finalists for each problem in turn, each on its own trials, with configs as
+    the workers take them (the problem's keys in each)."""
+    each = []
+    labels = problem_labels(spec)
+    for p, mine in enumerate(tally.problems):
+        if should_stop():
+            each.append(_cut_short(spec, mine))
+            continue
+        done = retime_finalists(spec, driver, mine, progress, should_stop, backend,
+                                full=space.config, label=f" for {labels[p]}")
+        for finalist in done.finalists:
+            finalist["problem"] = p
+        each.append(done)
+    first = each[0]
+    return Finish(first.finalists, first.baseline, any(d.unsettled for d in each), each)
+
+
 def _cut_short(spec: Spec, tally: Tally) -> Finish:
     """A stop before the finalists were re-timed: unsettled wherever there were two or
-    more to re-time."""
-    return Finish(unsettled=any(len(tally.leaders(spec.run.finalists, d)) >= 2
-                                for d in tally.devices))
+    more to re-time (in any problem)."""
+    return Finish(unsettled=any(len(t.leaders(spec.run.finalists, d)) >= 2
+                                for t in (tally.problems or [tally]) for d in t.devices))
 
 
 def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
@@ -133,12 +162,15 @@ def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: Progr
 
 def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: ProgressReporter,
                      should_stop: Callable[[], bool], backend: str,
-                     promoted: dict[str, list[Best]] | None = None) -> Finish:
+                     promoted: dict[str, list[Best]] | None = None,
+                     full: Callable[[int], dict[str, Any]] | None = None,
+                     label: str = "") -> Finish:
     """Re-time the fastest few side by side and let that decide the best: on each device
     type the records name, on a device of that type. Updates tally's bests. promoted:
     each device type's finalists, where halving's rungs chose them. On the interpreter,
     configs that differ only in launch options are one program: each is re-timed once,
-    as its fastest one-pass config."""
+    as its fastest one-pass config. full: a trial's config as workers take it, by index
+    (a problem's keys in it), where that is more than its record's; label: the problem."""
     done = Finish()
     noise = interpreted_options(spec, backend)
     winners: dict[str, Best] = {}
@@ -149,11 +181,11 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
             leaders = _distinct_programs(leaders, noise)[:spec.run.finalists]
         if len(leaders) < 2:
             continue
-        on = f" on {device}" if len(tally.devices) > 1 else ""
+        on = label + (f" on {device}" if len(tally.devices) > 1 else "")
         progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
         try:
-            retimed = driver.retime([b.config for b in leaders], spec.run.finalist_rounds,
-                                    device)
+            retimed = driver.retime([full(b.index) if full else b.config for b in leaders],
+                                    spec.run.finalist_rounds, device)
         except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
             progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                               f"{str(e)[:200]}")

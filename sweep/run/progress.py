@@ -33,6 +33,9 @@ class _Rate(ProgressColumn):
 
 
 def describe(tally: Tally) -> str:
+    if tally.problems:  # a best across problems means nothing
+        have = sum(1 for t in tally.problems if t.best is not None)
+        return f"{tally.failed} failed · a best for {have} of {len(tally.problems)} problems"
     best = tally.best
     best_text = f"best {best.latency_ms:.4g} ms (#{best.index})" if best else "no best yet"
     return f"{tally.failed} failed · {best_text}"

@@ -33,6 +33,6 @@ def repair_complete(run: RunDir, spec: Spec, space: Space, loaded: Loaded) -> st
     if read_best(run.best, spec.fingerprint) is None:
         write_best(run.best, snap.best, fingerprint=spec.fingerprint, partial=False,
                    finalists=snap.finalists, by_device=snap.by_device,
-                   baseline=snap.baseline)
+                   baseline=snap.baseline, by_problem=snap.by_problem)
         rebuilt.append("best.json")
     return "rebuilt " + " and ".join(rebuilt) if rebuilt else "nothing to do"

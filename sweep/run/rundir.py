@@ -9,6 +9,7 @@ import json
 import platform
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,14 @@ from storage.journal_file import line_mark
 from storage.lines import encode, encode_attempt
 from storage.readback import ReadBackError, printable, read_json
 from storage.records import TrialRecord
-from storage.snapshot import RunState, Snapshot, checksum, write_best, write_snapshot
+from storage.snapshot import (
+    RunState,
+    Snapshot,
+    checksum,
+    problem_doc,
+    write_best,
+    write_snapshot,
+)
 from storage.table import build_table, json_metadata, records_from_table, write_table
 from storage.versions import installed_versions
 from sweep.results.tally import Tally
@@ -158,22 +166,39 @@ def versions() -> dict[str, str]:
                                   "triton-sweep": "project"})}
 
 
+# Each problem's finish in a sweep over problems: (finalists, baseline).
+ProblemFinish = tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]
+
+
+def problems_of(spec: Spec, tally: Tally,
+                finishes: Sequence[ProblemFinish] = ()) -> list[dict[str, Any]]:
+    """best.json's by_problem (nothing for a sweep of one problem)."""
+    problems = spec.each_problem()
+    return [problem_doc(dict(problems[p]), tally.starts[p], mine.total, mine.best,
+                        mine.by_device, *(finishes[p] if p < len(finishes) else ([], {})))
+            for p, mine in enumerate(tally.problems)]
+
+
 def snapshot_of(spec: Spec, tally: Tally, state: RunState,
                 first_dispatch_at: float | None = None,
                 finalists: list[dict[str, Any]] | None = None,
                 timeline: dict[str, float] | None = None, *,
                 baseline: dict[str, dict[str, Any]] | None = None,
-                earlier: list[list[float]] | None = None) -> Snapshot:
-    """earlier: the spans of the sessions before this one (see Snapshot.sessions)."""
+                earlier: list[list[float]] | None = None,
+                problems: Sequence[ProblemFinish] = ()) -> Snapshot:
+    """earlier: the spans of the sessions before this one (see Snapshot.sessions).
+    In a sweep over problems, the best is the first problem's, and problems: each one's
+    finish."""
     now = time.time()
     this = [[timeline["session_start"], now]] if timeline and "session_start" in timeline \
         else []
+    head = tally.headline
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
-                    done=tally.done, counts=dict(tally.counts), best=tally.best,
+                    done=tally.done, counts=dict(tally.counts), best=head.best,
                     first_dispatch_at=first_dispatch_at, finalists=finalists or [],
-                    timeline=dict(timeline or {}), by_device=dict(tally.by_device),
+                    timeline=dict(timeline or {}), by_device=dict(head.by_device),
                     baseline=dict(baseline or {}), sessions=[*(earlier or []), *this],
-                    written_at=now)
+                    written_at=now, by_problem=problems_of(spec, tally, problems))
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -251,14 +276,17 @@ def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunStat
              first_dispatch_at: float | None = None,
              timeline: dict[str, float] | None = None, *,
              baseline: dict[str, dict[str, Any]] | None = None,
-             earlier: list[list[float]] | None = None) -> None:
-    """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
+             earlier: list[list[float]] | None = None,
+             problems: Sequence[ProblemFinish] = ()) -> None:
+    """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json.
+    problems: in a sweep over problems, each one's finish."""
     write_trials(run, spec, space, state)
-    write_best(run.best, tally.best, fingerprint=spec.fingerprint, partial=state != "complete",
-               finalists=finalists or [], by_device=tally.by_device, baseline=baseline)
-    write_snapshot(run.snapshot, snapshot_of(spec, tally, state, first_dispatch_at,
-                                             finalists, timeline, baseline=baseline,
-                                             earlier=earlier))
+    snap = snapshot_of(spec, tally, state, first_dispatch_at, finalists, timeline,
+                       baseline=baseline, earlier=earlier, problems=problems)
+    write_best(run.best, snap.best, fingerprint=spec.fingerprint, partial=state != "complete",
+               finalists=finalists or [], by_device=snap.by_device, baseline=baseline,
+               by_problem=snap.by_problem)
+    write_snapshot(run.snapshot, snap)
 
 
 class RunLog:

@@ -35,7 +35,7 @@ from sweep.engines import machine
 from sweep.engines.prestart import Prestart
 from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
 from sweep.results.errors import common_errors
-from sweep.results.summary import print_summary, resume_command
+from sweep.results.summary import print_summary, problem_labels, resume_command
 from sweep.run import cache_policy, opening, repair, rundir
 from sweep.run.assembly import (
     Assembly,
@@ -360,7 +360,9 @@ class Session:
             rundir.finalize(run, self.spec, self.space, drove.work.tally,
                             drove.state,  # type: ignore[arg-type]
                             drove.finish.finalists, first, self.timeline,
-                            baseline=drove.finish.baseline, earlier=self.earlier)
+                            baseline=drove.finish.baseline, earlier=self.earlier,
+                            problems=[(f.finalists, f.baseline)
+                                      for f in drove.finish.problems])
         except OSError as e:
             if not storage_error(e, self.path) or not in_flight:
                 raise  # alone, a full disk is one line and exit 1 (see execute)
@@ -393,7 +395,7 @@ class Session:
                          "(--force tunes again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       spec.search.most(len(self.space)) if "pruned" not in self.retry
-                      else None)
+                      else None, problem_labels(spec))
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:
             # Each session counts its own: a resume with --max-trials 100 runs 100 more.

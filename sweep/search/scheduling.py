@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -36,13 +37,22 @@ def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
     fastest, the second-slowest, the second-fastest, and so on (ties by index). The slow
     compiles start early, so they are not the sweep's tail; the fast ones between them
     keep the GPUs fed while they run (all slow ones first starved the GPUs in replay; see
-    BENCHMARKS.md). Beyond MAX_ORDERED configs, index order: ordering needs every config."""
+    BENCHMARKS.md). Beyond MAX_ORDERED configs, index order: ordering needs every config.
+    In a sweep over problems, a config's turn is its kernel config's: the same config of
+    every problem goes out together (ties by its place in its problem, then by problem),
+    so the problems interleave and one compile serves them all from Triton's cache (ties
+    by its place in the product of the values, then by problem)."""
     indices = list(todo)
     if len(indices) > MAX_ORDERED:
         return indices
-    weights = [compile_weight(space.config(i)) for i in indices]
+    weights = [compile_weight(space.kernel_config(i)) for i in indices]
+    place: list[tuple[Any, ...]] = [(i,) for i in indices]
+    if len(space.starts) > 1:
+        names = space.kernel_names
+        place = [(*(int(space.codes[n][i]) for n in names), space.problem_of(i))
+                 for i in indices]
     ranked = [indices[k] for k in sorted(range(len(indices)),
-                                         key=lambda k: (-weights[k], indices[k]))]
+                                         key=lambda k: (-weights[k], place[k]))]
     order = []
     for k in range((len(ranked) + 1) // 2):
         order.append(ranked[k])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,15 @@ class KernelFacts:
     source: str = ""  # SHA-256 of the kernel's source
     files: dict[str, str] = field(default_factory=dict)
     work: dict[str, float] = field(default_factory=dict)
+    problems: tuple[dict[str, Any], ...] = ()  # each of `problems:`, merged likewise
+    problem_work: tuple[dict[str, float], ...] = ()
 
 
 def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
                  fixed: Mapping[str, Any], space: Mapping[str, list[Any]],
-                 backend: str) -> KernelFacts:
-    """Import the kernel and check the spec's problem, fixed values and space against it."""
+                 backend: str, problems: Sequence[Mapping[str, Any]] = ()) -> KernelFacts:
+    """Import the kernel and check the spec's problem (and each of its problems, as
+    written merged over it), fixed values and space against it."""
     try:
         kernel = load_kernel(kernel_name)
     except KernelError as e:
@@ -47,10 +50,13 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
     merged_problem = check_problem(r, kernel, dict(problem), backend)
     merged_fixed = check_fixed(r, kernel, fixed, space)
     check_parameters(r, kernel, space, merged_fixed)
+    each = tuple(check_problem(r, kernel, dict(p), backend, f"problems[{i}]")
+                 for i, p in enumerate(problems))
     return KernelFacts(problem=merged_problem, fixed=merged_fixed,
                        source=source_digest(kernel_name, kernel),
                        files=source_files(kernel_name, kernel),
-                       work=work_per_launch(kernel, merged_problem))
+                       work=work_per_launch(kernel, merged_problem), problems=each,
+                       problem_work=tuple(work_per_launch(kernel, p) for p in each))
 
 
 def work_per_launch(kernel: Kernel, problem: Mapping[str, Any]) -> dict[str, float]:
@@ -69,33 +75,36 @@ def work_per_launch(kernel: Kernel, problem: Mapping[str, Any]) -> dict[str, flo
 
 
 def check_problem(r: Reader, kernel: Kernel, given: dict[str, Any],
-                   backend: str) -> dict[str, Any]:
+                  backend: str, where: str = "problem") -> dict[str, Any]:
+    """given merged over the kernel's defaults, each value checked against its default's
+    type; where: the key messages name (`problem`, or `problems[3]`)."""
     problem = dict(kernel.problem_defaults)
     for key, value in given.items():
         if key not in problem:
             known = clip_text(", ".join(problem), 200)
-            raise r.fail(f"problem.{key}", f"unknown key for kernel {kernel.name} "
+            raise r.fail(f"{where}.{key}", f"unknown key for kernel {kernel.name} "
                                            f"(expected one of {known})")
         default = problem[key]
         if key == "dtype":
             if value not in DTYPES:
-                raise r.fail("problem.dtype", f"expected one of {', '.join(DTYPES)}, "
-                                              f"got {clip_repr(value)}")
+                raise r.fail(f"{where}.dtype", f"expected one of {', '.join(DTYPES)}, "
+                                               f"got {clip_repr(value)}")
         elif isinstance(default, bool) or type(value) is not type(default):
-            raise r.fail(f"problem.{key}", f"expected {type(default).__name__}, "
+            raise r.fail(f"{where}.{key}", f"expected {type(default).__name__}, "
                                            f"got {clip_repr(value)}")
         elif is_number(value) and value <= 0:
-            raise r.fail(f"problem.{key}", f"expected a number > 0, got {clip_repr(value)}")
+            raise r.fail(f"{where}.{key}", f"expected a number > 0, got {clip_repr(value)}")
         problem[key] = value
-    check_dtype_for_backend(r.path, problem, backend)
+    check_dtype_for_backend(r.path, problem, backend, where)
     return problem
 
 
-def check_dtype_for_backend(path: Path, problem: Mapping[str, Any], backend: str) -> None:
+def check_dtype_for_backend(path: Path, problem: Mapping[str, Any], backend: str,
+                            where: str = "problem") -> None:
     # Triton's CPU interpreter computes bfloat16 wrongly (seen with triton 3.9): every trial
     # would be recorded `incorrect`, so refuse up front.
     if backend != AUTO and traits(backend).interpreted and problem.get("dtype") == "bfloat16":
-        raise SpecError(f"{path}: problem.dtype: bfloat16 is not supported by Triton's CPU "
+        raise SpecError(f"{path}: {where}.dtype: bfloat16 is not supported by Triton's CPU "
                         "interpreter; use float16 or float32, or run on a GPU")
 
 

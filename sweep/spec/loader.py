@@ -15,6 +15,7 @@ from sweep.spec.sections import (
     read_kernel,
     read_name,
     read_problem,
+    read_problems,
     read_run,
     read_search,
     read_simulate,
@@ -60,17 +61,31 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     space = read_space(r, doc["space"])
     problem_as_written = read_problem(r, doc.get("problem"))
     fixed_as_written = read_fixed(r, doc.get("fixed"), space)
-    constraints = read_constraints(r, doc.get("constraints"), parameter_kinds(space),
-                                   problem_as_written, fixed_as_written)
+    entries = doc.get("problems")
+    problems_as_written = read_problems(r, entries, problem_as_written, space, fixed_as_written)
+    if problems_as_written and not search.exhaustive:
+        raise r.fail("search", f"strategy {search.strategy} over problems: is not supported "
+                               "yet; a sweep over problems is exhaustive")
+    if problems_as_written and run.backend == "replay":
+        raise r.fail("problems", "the replay backend plays back one problem's table; "
+                                 "write problem: alone")
+    # Read against each problem: a constraint may name a problem value that differs.
+    each_constraints = tuple(
+        read_constraints(r, doc.get("constraints"), parameter_kinds(space), p,
+                         fixed_as_written) for p in problems_as_written)
+    constraints = each_constraints[0] if each_constraints else read_constraints(
+        r, doc.get("constraints"), parameter_kinds(space), problem_as_written,
+        fixed_as_written)
     # Checked whatever the backend, as simulate is; the table is read only to replay it.
     written_replay = r.section(ReplayOptions, doc.get("replay"), "replay")
     replay, replay_source = written_replay, ""
     if run.backend == "replay":
         replay, replay_source = read_replay_table(r, written_replay)
-    facts = KernelFacts(problem=dict(problem_as_written), fixed=dict(fixed_as_written))
+    facts = KernelFacts(problem=dict(problem_as_written), fixed=dict(fixed_as_written),
+                        problems=problems_as_written)
     if run.backend not in KERNEL_FREE and import_kernel:
         facts = kernel_facts(r, kernel_name, problem_as_written, fixed_as_written, space,
-                             run.backend)
+                             run.backend, problems_as_written)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=facts.problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
@@ -79,4 +94,6 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                 # A relative table path would not survive the copy into the run directory.
                 overridden=backend is not None or replay.table != written_replay.table,
                 replay=replay, replay_source=replay_source, work=facts.work, search=search,
-                kernel_files=facts.files)
+                kernel_files=facts.files, problem_entries=tuple(entries or ()),
+                problems=facts.problems, problem_constraints=each_constraints,
+                problem_work=facts.problem_work)

@@ -16,7 +16,7 @@ from actors.backends import CHOICES
 from storage.records import canonical_json
 from sweep.spec.constraints import Constraint
 from sweep.spec.search_options import SearchOptions
-from sweep.spec.space import Space, SpaceTooLarge, expand
+from sweep.spec.space import Space, SpaceTooLarge, concatenate, expand
 
 BACKENDS = CHOICES
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
@@ -151,8 +151,31 @@ class Spec:
     # The kernel's source files and their digests (sweep_kernels.source_files), once it is
     # imported: what the best-config cache records to answer without importing it.
     kernel_files: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # `problems:`: each entry as written (merged over problem_as_written when read), each
+    # merged problem (with the kernel's defaults, once it is imported), the constraints
+    # read against each, and each one's work per launch. Empty: one problem, `problem`.
+    problem_entries: tuple[Mapping[str, Any], ...] = ()
+    problems: tuple[Mapping[str, Any], ...] = ()
+    problem_constraints: tuple[tuple[Constraint, ...], ...] = ()
+    problem_work: tuple[Mapping[str, float], ...] = ()
+
+    @property
+    def problem_keys(self) -> tuple[str, ...]:
+        """The problem keys whose values differ between the problems, in the order they
+        are first written: each is a column of the trial table."""
+        keys: dict[str, None] = {}
+        for entry in self.problem_entries:
+            keys.update(dict.fromkeys(entry))
+        return tuple(k for k in keys
+                     if len({canonical_json(p.get(k)) for p in self.problems}) > 1)
+
+    def each_problem(self) -> tuple[Mapping[str, Any], ...]:
+        """Every problem the sweep tunes: `problems:`, or the one `problem`."""
+        return self.problems or (self.problem,)
 
     def expand(self) -> Space:
+        if self.problems:
+            return self._expand_problems()
         try:
             space = expand(self.space, self.constraints, max_configs=MAX_CONFIGS)
         except SpaceTooLarge as e:
@@ -162,6 +185,25 @@ class Spec:
             raise SpecError(f"{self.path}: constraints: leave no config of the "
                             f"{space.size_before_constraints} in the space")
         return space
+
+    def _expand_problems(self) -> Space:
+        parts = []
+        room = MAX_CONFIGS
+        for i, constraints in enumerate(self.problem_constraints):
+            try:
+                part = expand(self.space, constraints, max_configs=room)
+            except SpaceTooLarge as e:
+                raise SpecError(f"{self.path}: problems: {e.configs:,} configs or more over "
+                                f"the problems, at most {MAX_CONFIGS:,}; add constraints or "
+                                "shorten the lists") from None
+            if len(part) == 0:
+                raise SpecError(f"{self.path}: constraints: leave no config of the "
+                                f"{part.size_before_constraints} in the space for "
+                                f"problems[{i}]")
+            room -= len(part)
+            parts.append(part)
+        keys = self.problem_keys
+        return concatenate(parts, keys, [[p[k] for k in keys] for p in self.problems])
 
     def identity(self) -> dict[str, Any]:
         """What decides each trial's outcome; operational run settings are left out."""
@@ -174,6 +216,8 @@ class Spec:
         }
         if self.fixed:  # only then: runs from before fixed values keep their fingerprints
             ident["fixed"] = dict(self.fixed)
+        if self.problems:  # likewise
+            ident["problems"] = [dict(p) for p in self.problems]
         if self.run.backend == "simulate":
             sim = asdict(self.simulate)
             for operational in ("workers", "resources", "devices"):
@@ -200,6 +244,8 @@ class Spec:
         ident.pop("fixed", None)
         if self.fixed_as_written:
             ident["fixed"] = dict(self.fixed_as_written)
+        if self.problems:
+            ident["problems"] = [dict(e) for e in self.problem_entries]
         return ident
 
     @property
@@ -216,6 +262,8 @@ class Spec:
             # As written: reloading the dump gives the same declared_fingerprint, and
             # merging the kernel's defaults again the same fingerprint.
             "name": self.name, "kernel": self.kernel, "problem": dict(self.problem_as_written),
+            **({"problems": [dict(e) for e in self.problem_entries]}
+               if self.problem_entries else {}),
             "fixed": dict(self.fixed_as_written),
             "space": {k: list(v) for k, v in self.space.items()},
             "constraints": [c.text for c in self.constraints],

@@ -100,7 +100,7 @@ _CHECKS: dict[type, dict[str, Check]] = {
                           _is_label(k) and POSITIVE[0](n) for k, n in v.items()),
                                     "a mapping of Ray resource names to amounts > 0")},
 }
-TOP_KEYS = ("name", "kernel", "problem", "fixed", "space", "constraints", "timing",
+TOP_KEYS = ("name", "kernel", "problem", "problems", "fixed", "space", "constraints", "timing",
             "validation", "run", "simulate", "replay", "search")
 
 

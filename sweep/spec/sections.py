@@ -133,6 +133,38 @@ def read_problem(r: Reader, value: Any) -> dict[str, Any]:
     return problem
 
 
+def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
+                  space: Mapping[str, list[Any]],
+                  fixed: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    """`problems:`, each entry merged over `problem:` (which holds what they share): a
+    non-empty list of mappings, no two alike, none naming a parameter or a fixed value."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise r.fail("problems", "expected a non-empty list of mappings (each merged over "
+                                 f"problem:), got {clip_repr(value)}")
+    merged: list[dict[str, Any]] = []
+    for i, entry in enumerate(value):
+        key = f"problems[{i}]"
+        if not isinstance(entry, dict):
+            raise r.fail(key, f"expected a mapping of problem keys, got {clip_repr(entry)}")
+        for name, v in entry.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise r.fail(key, f"expected identifier keys, got {clip_repr(name)}")
+            if not is_json_scalar(v):
+                raise r.fail(f"{key}.{name}", "expected a string, an integer, a finite "
+                                              f"number or a boolean, got {clip_repr(v)}")
+            if name in space or name in fixed:
+                where = "space:" if name in space else "fixed:"
+                raise r.fail(f"{key}.{name}", f"also set under {where}; a problem key "
+                                              "cannot be tuned or fixed")
+        whole = {**problem, **entry}
+        if whole in merged:
+            raise r.fail(key, f"the same problem as problems[{merged.index(whole)}]")
+        merged.append(whole)
+    return tuple(merged)
+
+
 def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
     data = r.mapping(value, "space")
     if not data:

@@ -10,6 +10,7 @@ chunk plus the survivors, never for every point.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import json
@@ -64,12 +65,36 @@ class Space:
     size_before_constraints: int
     tables: Mapping[str, np.ndarray]  # each parameter's values, in the order written
     codes: Mapping[str, np.ndarray]  # per surviving config: which entry of its table
+    # A sweep over several problems (concatenate): the problem keys that vary, which lead
+    # `names` and each config a worker gets, and the first index of each problem's configs.
+    # A trial's record holds the kernel's config alone (config_json).
+    problem_keys: tuple[str, ...] = ()
+    starts: tuple[int, ...] = (0,)
 
     def __len__(self) -> int:
         return len(self.columns[self.names[0]]) if self.names else 0
 
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        """The parameters: names without the problem keys."""
+        return self.names[len(self.problem_keys):]
+
     def config(self, index: int) -> dict[str, Any]:
+        """The trial's config as a worker gets it: the problem keys (if any) and the
+        parameters."""
         return {name: self.kinds[name](self.columns[name][index]) for name in self.names}
+
+    def kernel_config(self, index: int) -> dict[str, Any]:
+        """The config the kernel is launched with: its parameters alone."""
+        return {name: self.kinds[name](self.columns[name][index]) for name in self.kernel_names}
+
+    def problem_of(self, index: int) -> int:
+        """Which problem (0 for a sweep of one) the config at index belongs to."""
+        return bisect.bisect_right(self.starts, index) - 1
+
+    def problem_range(self, problem: int) -> range:
+        end = self.starts[problem + 1] if problem + 1 < len(self.starts) else len(self)
+        return range(self.starts[problem], end)
 
     def configs(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """config(i) for each index, at once: a column's values are taken for all of them
@@ -85,7 +110,8 @@ class Space:
         return [dict(zip(names, row)) for row in zip(*values)]
 
     def config_json(self, index: int) -> str:
-        return canonical_json(self.config(index))
+        """The record's config: kernel_config's, as canonical JSON."""
+        return canonical_json(self.kernel_config(index))
 
     def arrow_columns(self, indices: np.ndarray) -> dict[str, pa.Array]:
         return {name: pa.array(self.columns[name][indices], type=_ARROW[self.kinds[name]])
@@ -125,7 +151,7 @@ class Space:
         (or a single parameter)."""
         groups: list[list[str]] = []
         combinations = 0
-        for name in sorted(self.names):
+        for name in sorted(self.kernel_names):
             size = len(self.tables[name])
             if groups and combinations * size <= JSON_GROUP_TEXTS:
                 groups[-1].append(name)
@@ -157,6 +183,34 @@ class Space:
             cache[i] = pa.array([edges[0] + ",".join(combo) + edges[1]
                                  for combo in itertools.product(*encoded)], type=pa.string())
         return cache[i]
+
+def concatenate(parts: Sequence[Space], keys: Sequence[str],
+                values: Sequence[Sequence[Scalar]]) -> Space:
+    """One space of several problems' spaces (each the same parameters expanded under
+    its own constraints), problem-major: each config carries the problem keys that vary,
+    values[p] for part p, as leading columns."""
+    first = parts[0]
+    sizes = [len(part) for part in parts]
+    starts = tuple(int(s) for s in np.cumsum([0, *sizes[:-1]]))
+    kinds: dict[str, type] = {}
+    tables: dict[str, np.ndarray] = {}
+    codes: dict[str, np.ndarray] = {}
+    for k, key in enumerate(keys):
+        column = [row[k] for row in values]
+        kinds[key] = value_kind(column) or str
+        distinct = list(dict.fromkeys(canonical_json(v) for v in column))
+        tables[key] = np.array([kinds[key](json.loads(t)) for t in distinct],
+                               dtype=_NUMPY[kinds[key]])
+        code_of = [distinct.index(canonical_json(v)) for v in column]
+        codes[key] = np.repeat(np.array(code_of, dtype=np.int64), sizes)
+    for name in first.names:
+        kinds[name], tables[name] = first.kinds[name], first.tables[name]
+        codes[name] = np.concatenate([part.codes[name] for part in parts])
+    columns = {name: tables[name][codes[name]] for name in tables}
+    return Space(names=(*keys, *first.names), kinds=kinds, columns=columns,
+                 size_before_constraints=sum(p.size_before_constraints for p in parts),
+                 tables=tables, codes=codes, problem_keys=tuple(keys), starts=starts)
+
 
 def _strides(sizes: Sequence[int]) -> list[int]:
     """Mixed-radix place values with the last parameter fastest: itertools.product's
