@@ -38,10 +38,9 @@ def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
     compiles start early, so they are not the sweep's tail; the fast ones between them
     keep the GPUs fed while they run (all slow ones first starved the GPUs in replay; see
     BENCHMARKS.md). Beyond MAX_ORDERED configs, index order: ordering needs every config.
-    In a sweep over problems, a config's turn is its kernel config's: the same config of
-    every problem goes out together (ties by its place in its problem, then by problem),
-    so the problems interleave and one compile serves them all from Triton's cache (ties
-    by its place in the product of the values, then by problem)."""
+    In a sweep over problems the turn is a kernel config's: that config of every problem
+    goes out together, so the problems interleave and one compile serves them all from
+    Triton's cache (ties by its place in the product of the values)."""
     indices = list(todo)
     if len(indices) > MAX_ORDERED:
         return indices
@@ -49,16 +48,20 @@ def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
     place: list[tuple[Any, ...]] = [(i,) for i in indices]
     if len(space.starts) > 1:
         names = space.kernel_names
-        place = [(*(int(space.codes[n][i]) for n in names), space.problem_of(i))
-                 for i in indices]
-    ranked = [indices[k] for k in sorted(range(len(indices)),
-                                         key=lambda k: (-weights[k], place[k]))]
+        place = [tuple(int(space.codes[n][i]) for n in names) for i in indices]
+    ranked = sorted(range(len(indices)), key=lambda k: (-weights[k], place[k], indices[k]))
+    groups: list[list[int]] = []  # the ranked configs, a kernel config's problems together
+    for k in ranked:
+        if groups and place[groups[-1][0]] == place[k] and len(space.starts) > 1:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
     order = []
-    for k in range((len(ranked) + 1) // 2):
-        order.append(ranked[k])
-        if len(ranked) - 1 - k > k:
-            order.append(ranked[len(ranked) - 1 - k])
-    return order
+    for g in range((len(groups) + 1) // 2):
+        order += groups[g]
+        if len(groups) - 1 - g > g:
+            order += groups[len(groups) - 1 - g]
+    return [indices[k] for k in order]
 
 
 class AdaptiveLimit:

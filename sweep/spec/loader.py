@@ -4,9 +4,11 @@ names last, so the file's own mistakes are reported before any of its code runs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from sweep.spec.constraints import Constraint
 from sweep.spec.kernels import KernelFacts, kernel_facts
-from sweep.spec.model import KERNEL_FREE, MAX_NAME_CHARS, ReplayOptions, Spec
+from sweep.spec.model import KERNEL_FREE, MAX_NAME_CHARS, ReplayOptions, Spec, SpecError
 from sweep.spec.replay_table import read_replay_table
 from sweep.spec.rules import Reader
 from sweep.spec.sections import (
@@ -25,6 +27,16 @@ from sweep.spec.sections import (
 )
 from sweep.spec.space import parameter_kinds
 from sweep.spec.yaml_loader import parse_yaml, read_text
+
+
+def _constraints_of(r: Reader, value: Any, space: dict[str, list[Any]],
+                    problem: dict[str, Any], fixed: dict[str, Any],
+                    i: int) -> tuple[Constraint, ...]:
+    """The constraints read against problems[i]; a mistake names that problem too."""
+    try:
+        return read_constraints(r, value, parameter_kinds(space), problem, fixed)
+    except SpecError as e:
+        raise SpecError(f"{e} (with problems[{i}])") from None
 
 
 def load_spec(path: str | Path, *, backend: str | None = None,
@@ -71,8 +83,8 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                                  "write problem: alone")
     # Read against each problem: a constraint may name a problem value that differs.
     each_constraints = tuple(
-        read_constraints(r, doc.get("constraints"), parameter_kinds(space), p,
-                         fixed_as_written) for p in problems_as_written)
+        _constraints_of(r, doc.get("constraints"), space, p, fixed_as_written, i)
+        for i, p in enumerate(problems_as_written))
     constraints = each_constraints[0] if each_constraints else read_constraints(
         r, doc.get("constraints"), parameter_kinds(space), problem_as_written,
         fixed_as_written)
