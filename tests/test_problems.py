@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, sweep_in, sweep_proc, write_spec
 
 from storage import cache
+from sweep.search.per_problem import PerProblem
 from sweep.search.scheduling import compile_order
 from sweep.spec import SpecError, load_spec
 
@@ -96,10 +97,51 @@ def test_a_constraint_that_fails_for_one_problem_names_that_problem(tmp_path):
     assert str(e.value).endswith("(with problems[1])")
 
 
-def test_a_search_over_problems_is_refused_until_it_is_built(tmp_path):
-    path = shapes_spec(tmp_path / "s.yaml", search={"strategy": "guided", "budget": 0.5})
-    with pytest.raises(SpecError, match="search: strategy guided over problems: is not "):
-        load_spec(path)
+def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp_path):
+    spec = load_spec(write_spec(tmp_path / "s.yaml", **{
+        **SIMULATED, "search": {"strategy": "guided", "budget": 0.3, "warm_start": 3}}))
+    space = spec.expand()
+    search = PerProblem(space, spec.search, batch=6)
+    first = search.propose({}, [], set())
+    assert first is not None and all(space.problem_of(i) == 0 for i in first)
+    # while problem 0's first outcomes are not known, the others wait
+    second = search.propose({}, [first], set(first))
+    assert second is not None and all(space.problem_of(i) == 0 for i in second)
+    latency = {i: float(k + 1) for k, i in enumerate(first)}  # first[0] the fastest
+    latency[first[1]] = None  # one that failed is no warm start
+    third = search.propose(latency, [first, second], set(first) | set(second))
+    assert third is not None
+    of_one = [i for i in third if space.problem_of(i) == 1]
+    fastest = [space.config_json(i) for i in first if latency[i] is not None][:3]
+    assert [space.config_json(i) for i in of_one[:3]] == fastest
+    assert not any(space.problem_of(i) == 2 for i in third)  # its neighbour has none yet
+
+
+@pytest.mark.parametrize("search", [{"strategy": "guided", "budget": 0.3},
+                                    {"strategy": "halving", "sample": 0.5, "eta": 2}])
+def test_a_search_over_problems_runs_per_problem_and_resumes_to_the_same_rows(
+        tmp_path, search):
+    spec = write_spec(tmp_path / "sim.yaml", **{**SIMULATED, "search": search})
+    whole = sweep_in("run", spec, "--out", tmp_path / "whole", "--runtime", "local")
+    assert whole.returncode == 0, whole.stderr
+    rows = pq.read_table(tmp_path / "whole" / "trials.parquet").to_pylist()
+    assert [r["index"] for r in rows] == list(range(400))
+    for m in (1, 8, 64, 512):
+        mine = [r for r in rows if r["M"] == m]
+        ran = [r for r in mine if r["status"] != "pruned"]
+        assert len(mine) == 100 and 0 < len(ran) <= 60, (m, len(ran))
+        assert f"best for M={m}: " in whole.stdout
+    best = json.loads((tmp_path / "whole" / "best.json").read_text())["by_problem"]
+    assert all(p["finalists"] and {f["problem"] for f in p["finalists"]} == {k}
+               for k, p in enumerate(best))
+    out = tmp_path / "stopped"
+    assert sweep_in("run", spec, "--out", out, "--runtime", "local",
+                    "--max-trials", "70").returncode == 0
+    while "complete —" not in (again := sweep_in("resume", out, "--max-trials", "70")).stdout:
+        assert again.returncode == 0, again.stderr
+    columns = ["index", "M", "config", "status", "latency_ms"]
+    assert pq.read_table(out / "trials.parquet", columns=columns).to_pylist() == \
+        [{k: r[k] for k in columns} for r in rows]
 
 
 def test_compile_order_hands_out_a_config_of_every_problem_together(tmp_path):

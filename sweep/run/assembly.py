@@ -27,8 +27,9 @@ from sweep.results.tally import Tally
 from sweep.run import rundir
 from sweep.run.contracts import Limits
 from sweep.run.rundir import Loaded, RunDir
+from sweep.search.per_problem import search_strategy
 from sweep.search.scheduling import AdaptiveLimit, compile_order
-from sweep.search.strategies import Search, SearchPlan, strategy
+from sweep.search.strategies import Search, SearchPlan
 from sweep.spec import LAUNCH_OPTIONS, Spec, SpecError
 from sweep.spec.space import Space
 
@@ -163,7 +164,7 @@ def _replayed_search(spec: Spec, space: Space, records: pa.Table | None,
         latencies = ran.column("latency_ms").to_pylist()
         known = {i: (lat if st == "ok" else None) for i, st, lat in
                  zip(ran.column("index").to_pylist(), statuses, latencies)}
-    return Search(strategy(space, options, plan.batch, plan.warm), known)
+    return Search(search_strategy(space, options, plan.batch, plan.warm), known)
 
 
 def _compile_limit(spec: Spec, loaded: Loaded | None,

@@ -66,17 +66,18 @@ def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: 
         return _cut_short(spec, tally)
     if tally.problems:
         done = _retime_each_problem(spec, space, driver, tally, progress, should_stop,
-                                    backend)
+                                    backend, promoted)
     else:
         done = retime_finalists(spec, driver, tally, progress, should_stop, backend,
-                                promoted)
+                                promoted[0] if promoted else None)
     timeline["finalists_done"] = time.time()
     return done
 
 
 def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
                          progress: ProgressReporter, should_stop: Callable[[], bool],
-                         backend: str) -> Finish:
+                         backend: str,
+                         promoted: list[dict[str, list[Best]]] | None = None) -> Finish:
     """retime_finalists for each problem in turn, each on its own trials, with configs as
     the workers take them (the problem's keys in each)."""
     each = []
@@ -86,7 +87,8 @@ def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
             each.append(_cut_short(spec, mine))
             continue
         done = retime_finalists(spec, driver, mine, progress, should_stop, backend,
-                                full=space.config, label=f" for {labels[p]}")
+                                promoted[p] if promoted else None, full=space.config,
+                                label=f" for {labels[p]}")
         for finalist in done.finalists:
             finalist["problem"] = p
         each.append(done)
@@ -115,7 +117,7 @@ def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
     todo = [i for i in pruned if i not in kept]
     for start in range(0, len(todo), PRUNE_CHUNK):  # a big space's, a chunk at a time
         records = [TrialRecord(
-            index=i, config=space.config(i), status=PRUNED, latency_ms=None,
+            index=i, config=space.kernel_config(i), status=PRUNED, latency_ms=None,
             latency_p20_ms=None, latency_p80_ms=None, validation="skipped", error=None,
             compile_ms=None, device="", node="", worker="",
             attempt=spent.get(i, 0) + 1, started_at=now, finished_at=now)
@@ -128,36 +130,56 @@ def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
 
 
 def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
-          should_stop: Callable[[], bool]) -> dict[str, list[Best]] | None:
-    """Successive halving's rungs after its screened sample: on each device type, 1/eta
-    of the configs that worked are re-timed carefully across every worker at once, then
-    1/eta of those, down to the finalists, which are returned, fastest first (None: a
-    rung failed or was stopped, the one pass's leaders stand)."""
+          should_stop: Callable[[], bool]) -> list[dict[str, list[Best]]] | None:
+    """Successive halving's rungs after its screened sample: on each device type (of each
+    problem, in a sweep over problems), 1/eta of the configs that worked are re-timed
+    carefully across every worker at once, then 1/eta of those, down to the finalists,
+    which are returned, fastest first, by problem (None: a rung failed or was stopped,
+    the one pass's leaders stand)."""
     records = rundir.load_records(run, spec, space).records
     ok = records.filter(pc.equal(records.column("status"), "ok"))
-    out: dict[str, list[Best]] = {}
-    keep = max(1, spec.run.finalists)
-    for device in sorted(set(ok.column("device").to_pylist())):
-        rows = ok.filter(pc.equal(ok.column("device"), device)).to_pylist()
-        rung = [Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
-                for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))]
-        for level, size in enumerate(rungs(len(rung), spec.search.eta, keep), 1):
-            if should_stop():  # a fast backend's rungs end between two checks of it
+    out: list[dict[str, list[Best]]] = []
+    labels = problem_labels(spec)
+    for p in range(len(space.starts)):
+        at = space.problem_range(p)
+        index = ok.column("index")
+        mine = ok.filter(pc.and_(pc.greater_equal(index, at.start), pc.less(index, at.stop)))
+        of = f" for {labels[p]}" if spec.problems else ""
+        promoted: dict[str, list[Best]] = {}
+        for device in sorted(set(mine.column("device").to_pylist())):
+            rows = mine.filter(pc.equal(mine.column("device"), device)).to_pylist()
+            rung = _rungs(spec, space, driver, progress, should_stop, device + of, [
+                Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
+                for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))])
+            if rung is None:
                 return None
-            rung = rung[:size]
-            progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
-                              f"{device} carefully, on every worker at once")
-            try:
-                timings = driver.retime_spread([b.config for b in rung], device)
-            except (DriverFailed, RetimeAbandoned) as e:
-                progress.on_event(f"rung {level} failed, keeping the one pass's order: "
-                                  f"{str(e)[:200]}")
-                return None
-            order = sorted(range(len(rung)), key=lambda k: (timings[k].median_ms,
-                                                            rung[k].index))
-            rung = [rung[k] for k in order]
-        out[device] = rung[:keep]
+            promoted[device] = rung
+        out.append(promoted)
     return out
+
+
+def _rungs(spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
+           should_stop: Callable[[], bool], where: str,
+           rung: list[Best]) -> list[Best] | None:
+    """One device type's (and problem's) rungs: its finalists, fastest first."""
+    keep = max(1, spec.run.finalists)
+    device = rung[0].device
+    for level, size in enumerate(rungs(len(rung), spec.search.eta, keep), 1):
+        if should_stop():  # a fast backend's rungs end between two checks of it
+            return None
+        rung = rung[:size]
+        progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
+                          f"{where} carefully, on every worker at once")
+        try:
+            timings = driver.retime_spread([space.config(b.index) for b in rung], device)
+        except (DriverFailed, RetimeAbandoned) as e:
+            progress.on_event(f"rung {level} failed, keeping the one pass's order: "
+                              f"{str(e)[:200]}")
+            return None
+        order = sorted(range(len(rung)), key=lambda k: (timings[k].median_ms,
+                                                        rung[k].index))
+        rung = [rung[k] for k in order]
+    return rung[:keep]
 
 
 def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: ProgressReporter,

@@ -101,9 +101,34 @@ def warm_start(spec: Spec, space: Space, backend: str,
     n = spec.search.warm_start
     if n <= 0 or spec.search.exhaustive:
         return None
+    if spec.problems:
+        return _each_problem(spec, space, backend, n, root)
     entry = nearest(spec.kernel, spec.kernel_source, spec.problem, spec.fixed_as_written,
                     backend, root)
     if entry is None:
         return None
     indices = indices_of(space, top_configs(entry, n))
     return WarmStart(indices, entry.run_dir) if indices else None
+
+
+def _each_problem(spec: Spec, space: Space, backend: str, n: int,
+                  root: Path | None) -> WarmStart | None:
+    """A warm start for each problem of a sweep over problems, from the cached sweep
+    nearest to it (the sweep's indices); a problem with none waits for its neighbour
+    (sweep/search/per_problem.py)."""
+    indices: list[int] = []
+    sources: list[str] = []
+    for p, problem in enumerate(spec.each_problem()):
+        entry = nearest(spec.kernel, spec.kernel_source, problem, spec.fixed_as_written,
+                        backend, root)
+        if entry is None:
+            continue
+        start = space.starts[p]
+        mine = [start + i for i in indices_of(space.part(p), top_configs(entry, n))]
+        indices += mine
+        if mine and entry.run_dir not in sources:
+            sources.append(entry.run_dir)
+    if not indices:
+        return None
+    more = f" and {len(sources) - 1} more" if len(sources) > 1 else ""
+    return WarmStart(indices, sources[0] + more)

@@ -75,9 +75,6 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     fixed_as_written = read_fixed(r, doc.get("fixed"), space)
     entries = doc.get("problems")
     problems_as_written = read_problems(r, entries, problem_as_written, space, fixed_as_written)
-    if problems_as_written and not search.exhaustive:
-        raise r.fail("search", f"strategy {search.strategy} over problems: is not supported "
-                               "yet; a sweep over problems is exhaustive")
     if problems_as_written and run.backend == "replay":
         raise r.fail("problems", "the replay backend plays back one problem's table; "
                                  "write problem: alone")

@@ -96,6 +96,17 @@ class Space:
         end = self.starts[problem + 1] if problem + 1 < len(self.starts) else len(self)
         return range(self.starts[problem], end)
 
+    def part(self, problem: int) -> Space:
+        """One problem's configs as a space of their own (its parameters alone, indexed
+        from 0 in the same order): what a search of that problem works on."""
+        at = self.problem_range(problem)
+        names = self.kernel_names
+        return Space(names=names, kinds={n: self.kinds[n] for n in names},
+                     columns={n: self.columns[n][at.start:at.stop] for n in names},
+                     size_before_constraints=len(at),
+                     tables={n: self.tables[n] for n in names},
+                     codes={n: self.codes[n][at.start:at.stop] for n in names})
+
     def configs(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """config(i) for each index, at once: a column's values are taken for all of them
         in one step (the driver hands out tens of thousands a second)."""
