@@ -81,6 +81,54 @@ def _is_sticky_cuda_error(e: BaseException) -> bool:
     return "CUDA error" in text or "AcceleratorError" in text
 
 
+def _restore(into: Any, source: Any) -> None:
+    """Copy source's tensors into into's, through tuples, lists and dicts."""
+    if isinstance(into, (tuple, list)):
+        for a, b in zip(into, source):
+            _restore(a, b)
+    elif isinstance(into, dict):
+        for key in into:
+            _restore(into[key], source[key])
+    elif hasattr(into, "copy_"):
+        into.copy_(source)
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(map(_clone, value))
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value.clone() if hasattr(value, "clone") else value
+
+
+class ProblemInputs:
+    """A problem's inputs, drawn once per process rather than once per config (at an
+    LLM's sizes the draw and the reference cost more than timing a config): the draw
+    kept pristine, the copy every kernel is given, restored before each config (a kernel
+    that writes its inputs, as some fused losses do, cannot hand its writes to the
+    next), and the reference's outputs, computed once."""
+
+    def __init__(self, kernel: Kernel, problem: Mapping[str, Any], device: str,
+                 seed: int) -> None:
+        self.kernel, self.problem = kernel, problem
+        self.pristine = kernel.make_inputs(problem, device, seed)
+        self.inputs = _clone(self.pristine)
+        self._expected: tuple[Any, ...] | None = None
+
+    def fresh(self) -> tuple[Any, Any]:
+        """launch_args (args, out) over the inputs, restored to the draw."""
+        _restore(self.inputs, self.pristine)
+        return self.kernel.launch_args(self.inputs, self.problem)
+
+    def expected(self) -> tuple[Any, ...]:
+        """The reference's outputs on the draw (copies: no later launch can change them)."""
+        if self._expected is None:
+            _restore(self.inputs, self.pristine)
+            self._expected = tuple(_clone(outputs(self.kernel.reference(self.inputs,
+                                                                         self.problem))))
+        return self._expected
+
+
 class TritonBackend:
     def __init__(self, kernel: Kernel, problem: Mapping[str, Any], *, interpret: bool,
                  trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
@@ -107,10 +155,8 @@ class TritonBackend:
         self.device_name = ("cpu-interpreter" if interpret
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
         self.seed = seed
-        # Per problem, made once: fixed inputs for re-timing finalists side by side
-        # (trials draw fresh ones) and their launch arguments.
-        self._fixed_inputs: dict[str, tuple[Any, Any, Any]] = {}
-        self._warm_up(self._inputs_for(problem)[0], problem)
+        self._inputs: dict[str, ProblemInputs] = {}  # per problem, made once
+        self._warm_up(self._inputs_for(problem).inputs, problem)
 
     def _split(self, config: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """(the trial's problem, the kernel's config) of a config as the worker got it."""
@@ -119,13 +165,12 @@ class TritonBackend:
         problem = {**self.problem, **{k: config[k] for k in self.problem_keys}}
         return problem, {k: v for k, v in config.items() if k not in self.problem_keys}
 
-    def _inputs_for(self, problem: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-        """(inputs, args, out) of the problem, made once by this process."""
+    def _inputs_for(self, problem: Mapping[str, Any]) -> ProblemInputs:
+        """The problem's inputs, made once by this process."""
         key = repr(sorted(problem.items()))
-        if key not in self._fixed_inputs:
-            inputs = self.kernel.make_inputs(problem, self.device, self.seed)
-            self._fixed_inputs[key] = (inputs, *self.kernel.launch_args(inputs, problem))
-        return self._fixed_inputs[key]
+        if key not in self._inputs:
+            self._inputs[key] = ProblemInputs(self.kernel, problem, self.device, self.seed)
+        return self._inputs[key]
 
     def _warm_up(self, inputs: tuple[Any, ...], problem: Mapping[str, Any]) -> None:
         """Pay the one-time costs now, while the compile pool starts, not in the first
@@ -135,7 +180,7 @@ class TritonBackend:
 
         expected = outputs(self.kernel.reference(inputs, problem))[0]
         torch.allclose(expected, expected)
-        first = outputs(self._inputs_for(problem)[2])[0]
+        first = outputs(self._inputs_for(problem).fresh()[1])[0]
         self._time(lambda: first.zero_(), 1.0, 1.0)
         if not self.interpret:
             from triton.runtime import driver
@@ -144,7 +189,9 @@ class TritonBackend:
 
     def run_trial(self, config: Mapping[str, Any], seed: int,
                   compiled: Compiled | None = None) -> TrialOutcome:
-        """compiled: the compile pool's result, if it compiled this config ahead."""
+        """compiled: the compile pool's result, if it compiled this config ahead. seed:
+        unused; every config of a problem is validated and timed on the problem's inputs
+        (ProblemInputs), drawn once from the run's seed."""
         import torch
 
         fn = self.kernel.fn
@@ -158,10 +205,10 @@ class TritonBackend:
                 return TrialOutcome(status, "skipped", error=clip_error(compiled.error),
                                     compile_ms=compiled.compile_ms)
             compile_ms = compiled.compile_ms
-        # Validate on fresh random inputs for every config: a config must compute the same
-        # function on any valid input, not on one lucky draw.
-        inputs = self.kernel.make_inputs(problem, self.device, seed)
-        args, out = self.kernel.launch_args(inputs, problem)
+        given = self._inputs_for(problem)
+        # Before the launch: a kernel's output may be one of its inputs.
+        reference = given.expected() if self.tolerance is not None else ()
+        args, out = given.fresh()
         if compiled is None and not self.interpret:
             t0 = time.perf_counter()
             try:
@@ -187,7 +234,7 @@ class TritonBackend:
         if self.tolerance is not None:
             rtol, atol = self.tolerance
             got = outputs(out)
-            expected = outputs(self.kernel.reference(inputs, problem))
+            expected = reference
             if len(expected) != len(got):
                 return TrialOutcome(
                     "runtime_error", "skipped", compile_ms=compile_ms,
@@ -224,7 +271,9 @@ class TritonBackend:
         problem = split[0][0] if split else self.problem
         if any(p != problem for p, _ in split):
             raise ValueError("finalists of more than one problem re-timed together")
-        inputs, args, _ = self._inputs_for(problem)
+        given = self._inputs_for(problem)
+        args, _ = given.fresh()
+        inputs = given.inputs
         launches = [self._launcher(c, problem, args) for _, c in split]
         samples: list[list[float]] = [[] for _ in configs]
         torch_fn = self.kernel.baseline or self.kernel.reference
