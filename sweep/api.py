@@ -52,6 +52,16 @@ class BestConfig:
 
 
 @dataclass(frozen=True)
+class ProblemBest:
+    """One problem of a sweep over `problems:` (the kernel's defaults merged in), its best
+    (None: no config succeeded for it), each device type's, and the finalists that chose it."""
+    problem: dict[str, Any]
+    best: BestConfig | None
+    by_device: dict[str, BestConfig] = field(default_factory=dict)
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class SweepResult:
     """What a run left behind. state: "complete", "interrupted" (stopped, by a signal,
     --max-trials or the time budget: resumable), "failed", "cached" (nothing ran: the
@@ -70,6 +80,8 @@ class SweepResult:
     total: int = 0
     done: int = 0
     elapsed_s: float = 0.0
+    # A sweep over problems: each one's best, in order (`best` and the rest are the first's)
+    by_problem: list[ProblemBest] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -349,16 +361,13 @@ def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
     if ending is not None and ending.state == "cached":
         hits = ending.cached
         best = min(hits, key=lambda e: e.latency_ms)
-        finalists: list[dict[str, Any]] = []
-        by_device = {}
-        for e in hits:
-            index, chose = _in_its_run(e)
-            by_device[e.device] = BestConfig(dict(e.config), e.latency_ms, e.device, index)
-            finalists += chose
+        by_device, finalists = _of_entries(hits)
+        head, each = by_device[best.device], _cached_problems(session, hits)
+        if each and each[0].best is not None:  # as a run's: the first problem's
+            head, by_device, finalists = each[0].best, each[0].by_device, each[0].finalists
         return SweepResult(
-            state="cached", run_dir=Path(best.run_dir), exit_code=code,
-            best=by_device[best.device], by_device=by_device, finalists=finalists,
-            elapsed_s=elapsed_s)
+            state="cached", run_dir=Path(best.run_dir), exit_code=code, best=head,
+            by_device=by_device, finalists=finalists, elapsed_s=elapsed_s, by_problem=each)
     from sweep.run.rundir import RunDir
 
     if not RunDir(session.path).meta.exists():  # stopped before the run began
@@ -367,14 +376,36 @@ def _result(session: Session, code: int, elapsed_s: float) -> SweepResult:
     return _from_run_dir(session.path, ending.state if ending else None, code, elapsed_s)
 
 
+def _cached_problems(session: Session, hits: list[Any]) -> list[ProblemBest]:
+    """A sweep over problems answered from the cache: as its run would have given it."""
+    each = [(dict(p), *_of_entries([e for e in hits if all(
+        e.problem.get(k) == v for k, v in p.items())]))  # p may lack the kernel's defaults
+        for p in session.spec.problems]  # none: a sweep of one problem
+    return [ProblemBest(p, min(d.values(), key=lambda b: b.latency_ms, default=None), d, f)
+            for p, d, f in each]
+
+
+def _of_entries(hits: list[Any]) -> tuple[dict[str, BestConfig], list[dict[str, Any]]]:
+    """Cache entries as a run's bests by device type, and the finalists that chose them."""
+    by_device, finalists = {}, []
+    for e in hits:
+        index, chose = _in_its_run(e)
+        by_device[e.device] = BestConfig(dict(e.config), e.latency_ms, e.device, index)
+        finalists += chose
+    return by_device, finalists
+
+
 def _in_its_run(entry: Any) -> tuple[int | None, list[dict[str, Any]]]:
     """A cache entry's index in the table of the run it came from, and the finalists that
-    chose it there, from that run's best.json (None and [] where it says otherwise)."""
+    chose it there, from that run's best.json (None and [] where it says otherwise; in a
+    run over problems, its problem's)."""
     from storage.snapshot import read_best
 
     doc = read_best(Path(entry.run_dir) / "best.json", entry.fingerprint)
     if doc is None:
         return None, []
+    if doc.get("by_problem"):  # a run over problems: the entry's problem's ({}: none)
+        doc = next((p for p in doc["by_problem"] if p["problem"] == dict(entry.problem)), {})
     mine = (doc.get("by_device") or {}).get(entry.device) or doc
     config = mine.get("config") or {}
     if mine.get("device") not in (None, entry.device) or \
@@ -403,7 +434,24 @@ def _from_run_dir(path: Path, state: str | None, code: int | None,
         best=best_of(snap.best) if snap.best else None,
         by_device={d: best_of(b) for d, b in snap.by_device.items()},
         finalists=list(snap.finalists), counts=dict(snap.counts), total=snap.total,
-        done=snap.done, elapsed_s=elapsed_s)
+        done=snap.done, elapsed_s=elapsed_s,
+        by_problem=_problems(path, snap.fingerprint, snap.state, snap.by_problem))
+
+
+def _problems(path: Path, fingerprint: str, state: str, snapped: list[Any]) -> list[ProblemBest]:
+    """Each problem's best, from best.json; while a run goes on, from the snapshot (as
+    `best` is): best.json is then an earlier session's, or none."""
+    from storage.snapshot import read_best
+
+    doc = read_best(path / "best.json", fingerprint) if state != "running" else None
+    return [ProblemBest(dict(p["problem"]), _best_in(p) if p["config"] is not None else None,
+                        {d: _best_in(b, d) for d, b in p["by_device"].items()},
+                        list(p["finalists"]))
+            for p in (doc.get("by_problem", []) if doc is not None else snapped)]
+
+
+def _best_in(b: dict[str, Any], device: str | None = None) -> BestConfig:
+    return BestConfig(dict(b["config"]), b["latency_ms"], device or b["device"], b["index"])
 
 
 def _check_plain(value: object, where: str) -> None:
@@ -449,4 +497,4 @@ def _spec_file(spec: SpecLike) -> Iterator[tuple[Path, str]]:
         yield path, "spec"
 
 
-__all__ = ["BestConfig", "SpecError", "SweepResult", "load", "resume", "run"]
+__all__ = ["BestConfig", "ProblemBest", "SpecError", "SweepResult", "load", "resume", "run"]

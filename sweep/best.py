@@ -2,15 +2,19 @@
 problem, as JSON and as a `triton.Config(...)` line to paste into code.
 
 One entry per device type (a run on several GPU types, a cache with entries for several
-devices); `--json` prints them as one JSON list, for scripts.
+devices), and in a run over problems (`problems:`) per problem, in the spec's order;
+`--json` prints them as one JSON list, for scripts. `--python PATH` writes a run's bests
+as a module of their own, a dispatch table for launch code (sweep/dispatch.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -18,11 +22,19 @@ from sweep import EXIT_OK
 from sweep.console import say
 from sweep.tuned import config_line
 
+if TYPE_CHECKING:
+    from sweep.dispatch import Table
+    from sweep.run.rundir import RunDir
+    from sweep.spec import Spec
 
-def show_best(target: Path, as_json: bool, out: Console) -> int:
-    """target: a run directory (its best.json) or a spec (the best-config cache)."""
+
+def show_best(target: Path, as_json: bool, out: Console, python: Path | None = None) -> int:
+    """target: a run directory (its best.json) or a spec (the best-config cache). python:
+    where to write the run's dispatch module instead ("-": stdout)."""
     from sweep.spec import SpecError
 
+    if python is not None:
+        return write_python(target, python, out)
     if target.is_dir():
         entries, empty = _of_run(target)
     elif target.exists():
@@ -36,11 +48,41 @@ def show_best(target: Path, as_json: bool, out: Console) -> int:
         say(out, empty)
     for entry in entries:
         say(out, json.dumps(entry, sort_keys=True))
-        say(out, config_line(entry["config"]))
+        say(out, config_line(entry["config"]) if entry["config"] is not None
+            else "no config succeeded for this problem")
     return EXIT_OK
 
 
 def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
+    doc = _run_doc(path)
+    run_dir = str(path.resolve())
+    problems = doc.get("by_problem")
+    if problems and any(p["config"] is not None for p in problems):
+        return [e for p in problems
+                for e in _entries(p, doc["partial"], run_dir, p["problem"])], ""
+    if problems or doc["config"] is None:
+        return [], f"{path}: no config succeeded"
+    return _entries(doc, doc["partial"], run_dir), ""
+
+
+def _entries(best: dict[str, Any], partial: bool, run_dir: str,
+             problem: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A best's entry for each device type, fastest first: best.json's head, or one
+    problem's (then each names it; one no config succeeded for is one entry of nulls, so
+    that the list keeps a place for every problem)."""
+    named = {"problem": dict(problem)} if problem is not None else {}
+    if best["config"] is None:
+        return [{"device": None, "config": None, "latency_ms": None, "index": None,
+                 "partial": partial, "run_dir": run_dir, **named}]
+    by_device = best.get("by_device") or {best["device"]: best}
+    entries = [{"device": device, "config": b["config"], "latency_ms": b["latency_ms"],
+                "index": b["index"], "partial": partial, "run_dir": run_dir, **named}
+               for device, b in by_device.items()]
+    return sorted(entries, key=lambda e: (e["latency_ms"], e["index"]))
+
+
+def _run_doc(path: Path) -> dict[str, Any]:
+    """The run's best.json, checked as this run's."""
     from storage.lock import holder
     from storage.snapshot import read_best
     from sweep.run.rundir import RunDir, read_meta
@@ -56,13 +98,7 @@ def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
             raise SpecError(f"{run.best}: not written yet: the run is in use by a sweep "
                             f"({busy}), which writes it when it stops")
         raise SpecError(f"{run.best}: missing or damaged; `sweep resume {path}` rebuilds it")
-    if doc["config"] is None:
-        return [], f"{path}: no config succeeded"
-    by_device = doc.get("by_device") or {doc["device"]: doc}
-    entries = [{"device": device, "config": b["config"], "latency_ms": b["latency_ms"],
-                "index": b["index"], "partial": doc["partial"], "run_dir": str(path.resolve())}
-               for device, b in by_device.items()]
-    return sorted(entries, key=lambda e: (e["latency_ms"], e["index"])), ""
+    return doc
 
 
 def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -82,3 +118,104 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
         else ""
     return entries, (f"no cached best for {spec.kernel} {json.dumps(dict(spec.problem))}"
                      f"{fixed} in {cache_dir()}")
+
+
+def write_python(target: Path, dest: Path, out: Console) -> int:
+    """`sweep best DIR --python PATH`: the run's bests as a dispatch module (see
+    sweep/dispatch.py), at PATH or on stdout ("-"). A partial run's is written too, marked
+    so, as `sweep best` shows a partial run's best."""
+    from sweep.dispatch import DispatchError, module_text, write_module
+    from sweep.spec import SpecError
+
+    if not target.is_dir():
+        raise SpecError(f"{target}: --python takes a run directory" +
+                        ("" if target.exists() else " (there is none)"))
+    try:
+        text = module_text(_table(target, _run_doc(target)))
+        if str(dest) == "-":
+            out.file.write(text)
+            out.file.flush()
+            return EXIT_OK
+        write_module(dest, text)
+    except DispatchError as e:
+        raise SpecError(str(e)) from None
+    say(out, f"wrote {dest}: the dispatch table of {target}")
+    return EXIT_OK
+
+
+def _table(path: Path, doc: dict[str, Any]) -> Table:
+    """What the module holds: each problem's best (the kernel's defaults merged into each
+    problem), and which of its keys no problem wrote (the defaults a caller may leave
+    out)."""
+    from storage.readback import finite, read_json
+    from sweep.dispatch import Table, Tuned
+    from sweep.run.rundir import RunDir, read_meta
+    from sweep.spec import LAUNCH_OPTIONS
+
+    run = RunDir(path)
+    meta = read_meta(run)
+    spec = _declared_spec(run, meta["declared"])
+    written = {*spec.problem_as_written, *(k for e in spec.problem_entries for k in e)}
+    problems = doc.get("by_problem") or [
+        {**doc, "problem": _merged_problem(run, meta["fingerprint"], spec.problem_as_written)}]
+    defaults = {k: v for k, v in problems[0]["problem"].items()
+                if k not in written and all(p["problem"].get(k) == v for p in problems)}
+    try:
+        started = read_json(run.meta)["created_at"]
+    except (OSError, ValueError, KeyError, TypeError):
+        started = None
+    tuned = [Tuned(problem=p["problem"], config=p["config"], device=p["device"],
+                   latency_ms=p["latency_ms"], index=p["index"],
+                   by_device={d: b["config"] for d, b in (
+                       p.get("by_device") or ({p["device"]: p} if p["config"] is not None else {})
+                   ).items()})
+             for p in problems]
+    return Table(kernel=spec.kernel, name=meta["name"], run_dir=str(path.resolve()),
+                 fingerprint=meta["fingerprint"],
+                 started_at=started if finite(started, low=0.0, high=1e11) else None,
+                 partial=doc["partial"], problems=tuned, defaults=defaults,
+                 launch_options=LAUNCH_OPTIONS)
+
+
+def _declared_spec(run: RunDir, declared: str) -> Spec:
+    """The run's spec.yaml as the file alone decides it (no kernel imported), checked
+    against the run's record of it, as `sweep resume` checks it."""
+    from storage.readback import ReadBackError, open_regular
+    from sweep.spec import SpecError, load_spec, read_spec_text
+
+    try:  # the run's own copy: a FIFO or a device there is damage, never a hang
+        os.close(open_regular(run.spec))
+    except ReadBackError as e:
+        raise SpecError(str(e)) from None
+    except FileNotFoundError:
+        pass  # read_spec_text says so
+    spec = load_spec(run.spec, import_kernel=False, text=read_spec_text(run.spec))
+    if spec.declared_fingerprint != declared:
+        raise SpecError(f"{run.spec}: changed since this run started; restore it")
+    return spec
+
+
+def _merged_problem(run: RunDir, fingerprint: str,
+                    written: Mapping[str, Any]) -> dict[str, Any]:
+    """A run of one problem: that problem with the kernel's defaults merged in, as the
+    trial table's metadata records it (best.json holds it only for a run over problems)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage.readback import is_regular, scalar
+    from sweep.spec import SpecError
+
+    problem: Any = None
+    try:
+        if is_regular(run.trials):  # pyarrow would block on a FIFO
+            info = pq.read_schema(run.trials).metadata or {}
+            if info.get(b"fingerprint") == fingerprint.encode():
+                problem = json.loads(info[b"spec"])["problem"]
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        problem = None
+    if not isinstance(problem, dict) or not all(
+            isinstance(k, str) and scalar(v) for k, v in problem.items()) or \
+            any(problem.get(k) != v for k, v in written.items()):
+        raise SpecError(f"{run.trials}: missing, damaged or another run's (its metadata "
+                        f"holds the problem); `sweep resume {run.path}` rebuilds it")
+    return problem

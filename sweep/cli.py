@@ -45,7 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     best = sub.add_parser("best", help="a run's best config, or the cached best for a spec's "
                                        "kernel and problem: as JSON and a triton.Config line")
     best.add_argument("target", type=Path, metavar="DIR|SPEC")
-    best.add_argument("--json", action="store_true", help="only JSON (one document)")
+    shown = best.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="only JSON (one document)")
+    shown.add_argument("--python", type=Path, metavar="PATH",
+                       help="write the run's bests as a self-contained Python module, a "
+                            "dispatch table (config_for(problem)), at PATH (-: stdout); "
+                            "only a module this command wrote is replaced")
     report = sub.add_parser("report", help="summarise a run directory")
     report.add_argument("dir", type=Path)
     report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
@@ -118,7 +123,7 @@ def _main(args: argparse.Namespace, stop: StopController, io: Output, started: f
         if args.command == "best":
             from sweep.best import show_best
 
-            return show_best(args.target, args.json, io.out)
+            return show_best(args.target, args.json, io.out, args.python)
         from sweep.api import check_limits
 
         check_limits(args.max_trials, args.time_budget)

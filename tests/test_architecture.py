@@ -21,7 +21,7 @@ LAYERS = (
     ("sweep.run",),
     ("sweep.report",),
     ("sweep.api", "sweep.cli", "sweep.command", "sweep.__main__", "sweep.submit",
-     "sweep.best", "sweep.tuned", "sweep.observers"),
+     "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers"),
     ("benchmarks",),
 )
 MAX_MODULE_LINES = 500

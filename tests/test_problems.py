@@ -260,3 +260,17 @@ def test_a_sigint_then_resume_gives_each_problems_rows_once_as_an_unstopped_run(
     b = json.loads((tmp_path / "whole" / "best.json").read_text())["by_problem"]
     assert [p["index"] for p in a] == [p["index"] for p in b]
     assert all(p["first_index"] == 100 * k for k, p in enumerate(a))
+
+
+def test_the_api_answers_a_cached_sweep_over_problems_problem_by_problem(shapes_run,
+                                                                           monkeypatch):
+    where, spec, _, env = shapes_run
+    monkeypatch.setenv("SWEEP_CACHE_DIR", env["SWEEP_CACHE_DIR"])
+    from sweep import api
+
+    result = api.run(spec, out=where / "api", quiet=True)
+    best = json.loads((where / "run" / "best.json").read_text())["by_problem"]
+    assert result.state == "cached"
+    assert [p.problem["M"] for p in result.by_problem] == [16, 32, 64]
+    assert [p.best.config for p in result.by_problem if p.best] == [p["config"] for p in best]
+    assert result.best is not None and result.best.config == best[0]["config"]

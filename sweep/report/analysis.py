@@ -2,20 +2,38 @@
 JSON (text.py), the HTML page (html.py) and the PNGs (plots.py) only render these records.
 
 Reads only what a run writes for readers (trials.parquet, best.json, snapshot.json), never
-the lock: a run that is still going is read from its checkpointed table.
+the lock: a run that is still going is read from its checkpointed table. A sweep over
+problems (`problems:`) is read a problem at a time as well: each one's winner, ranking and
+effects (Analysis.problems), the run's own fields then being its first problem's, as
+best.json's are.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from actors.backends import BACKENDS
 from storage.readback import is_regular
 from storage.records import PRUNED
+from sweep.report.ranking import (
+    NOTHING_CHOSE,
+    Baseline,
+    Chose,
+    Effect,
+    Heatmap,
+    Problem,
+    Ranked,
+    baselines,
+    count_statuses,
+    effects_of,
+    heatmaps_of,
+    problem_record,
+    rank_trials,
+    value_positions,
+)
 from sweep.report.timeline import Span, WorkerUse, retiming, worker_timeline
 from sweep.results.errors import ErrorGroup, common_errors
 
@@ -25,71 +43,12 @@ TRIAL_COLUMNS = ("index", "status", "latency_ms", "latency_p20_ms", "latency_p80
 
 
 @dataclass(frozen=True)
-class Ranked:
-    """A trial that worked, in the order a reader should take them: the finalists by their
-    side-by-side re-timing (which chose the winner), then the rest by the sweep's one pass.
-    Every finalist was faster in that pass than every other trial of its device type."""
-
-    rank: int  # 1 = the winner, where best.json agrees
-    index: int
-    config: dict[str, Any]
-    device: str
-    latency_ms: float  # the sweep's one pass (the screen, where the spec screens)
-    latency_p20_ms: float
-    latency_p80_ms: float
-    retimed_ms: float | None  # the finalists' re-timing; None for the rest
-    retimed_p20_ms: float | None
-    retimed_p80_ms: float | None
-    tflops: float | None  # from the re-timed latency where there is one
-    gbps: float | None
-    winner: bool
-
-    @property
-    def best_ms(self) -> float:
-        return self.retimed_ms if self.retimed_ms is not None else self.latency_ms
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """torch doing the kernel's job, timed among the finalists on one device type."""
-
-    device: str
-    of: str  # the kernel's "baseline", or its validation "reference" (it has no baseline)
-    latency_ms: float
-    latency_p20_ms: float
-    latency_p80_ms: float
-    best_ms: float  # the device's best config, re-timed in the same rotation
-    speedup: float  # torch / best: above 1, the tuned kernel is faster than torch
-
-
-@dataclass(frozen=True)
-class ValueEffect:
-    value: Any
-    trials: int
-    ok: int
-    median_ms: float | None  # of the ok trials' latencies (one pass each)
-    best_ms: float | None
-
-
-@dataclass(frozen=True)
-class Effect:
-    parameter: str
-    values: list[ValueEffect]
-
-
-@dataclass(frozen=True)
-class Heatmap:
-    """The best latency of each pair of values of two parameters; None where none worked."""
-
-    x: str
-    y: str
-    x_values: list[Any]
-    y_values: list[Any]
-    best_ms: list[list[float | None]]  # [y][x]
-
-
-@dataclass(frozen=True)
 class Analysis:
+    """A run as every view reads it. In a sweep over problems, `ranked` holds each
+    problem's ranking in turn (a rank counts within its problem), and `winner`,
+    `baseline`, `effects` and `heatmaps` are the first problem's, as best.json's head is;
+    `problems` has each one's."""
+
     path: str
     name: str
     state: str
@@ -115,6 +74,8 @@ class Analysis:
     spec: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
+    problem_keys: list[str] = field(default_factory=list)  # the problem keys that vary
+    problems: list[Problem] = field(default_factory=list)  # empty: a sweep of one problem
 
     def top(self, k: int) -> list[Ranked]:
         return self.ranked[:k]
@@ -140,21 +101,31 @@ class Analysis:
         """The winner's row (ranked first, where a winner is recorded)."""
         return next((r for r in self.ranked if r.winner), None)
 
+    def winner_changes(self) -> list[str]:
+        """The parameters whose winning value is not the same for every problem that has
+        a winner, in the table's order: what tuning per problem buys."""
+        configs = [p.chosen.config for p in self.problems if p.chosen is not None]
+        return [k for k in self.parameters
+                if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
+
     def summary(self, top: int) -> dict[str, Any]:
         """The JSON a script reads (`sweep report --json`): everything but the per-trial
-        timeline, and the top `top` of the ranking."""
-        from dataclasses import asdict, replace
+        timeline, and the top `top` of the ranking (in a sweep over problems, the first
+        problem's; `problems` has each one's, its own top `top` with it)."""
+        from dataclasses import asdict
 
-        doc = asdict(replace(self, spans=[], trials=[], ranked=self.ranked[:top]))
+        head = self.problems[0].ranked if self.problems else self.ranked
+        doc = asdict(replace(self, spans=[], trials=[], ranked=head[:top], problems=[]))
         del doc["spans"], doc["trials"]
         doc["top"] = doc.pop("ranked")
+        if self.problems:
+            doc["problems"] = [p.summary(top) for p in self.problems]
+        else:  # a sweep of one problem: its JSON as before problems existed
+            del doc["problems"], doc["problem_keys"]
         return doc
 
 
 def analyse(path: Path) -> Analysis:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from sweep.run.rundir import RunDir
     from sweep.spec import SpecError
 
@@ -170,10 +141,61 @@ def analyse(path: Path) -> Analysis:
                         "resume a stopped one to build it)")
     if not is_regular(run.trials):  # pyarrow would block on a FIFO
         raise SpecError(f"{run.trials}: not a regular file")
+    table, rows, meta, spec, versions, devices = _read_table(run.trials)
+    fingerprint = meta.get("fingerprint", "")
+    pick = _pick(run, fingerprint, meta.get("state", "?"))
+    run_meta = _run_meta(run)
+    # The table's order, which is the spec's (the spec's JSON sorts its keys).
+    parameters = [c for c in table.column_names if c in spec.get("space", {})]
+    space = spec.get("space", {})
+    # A pruned row is a config the search did not run: no trial, no worker's time.
+    ran = [r for r in rows if r["status"] != PRUNED]
+    keys, problems, problem_at = _problems(rows, table.column_names, spec, pick, parameters)
+    # The table's work per launch is the base problem's: no rate for a sweep over problems.
+    work = {} if problems else {k: float(v) for k, v in spec.get("work", {}).items()}
+    if problems:  # each ranked on its own; the run's head is the first's, as best.json's
+        ranked = [r for p in problems for r in p.ranked]
+        head = problems[0]
+        winner, baseline, effects, heatmaps = \
+            head.winner, head.baseline, head.effects, head.heatmaps
+    else:
+        ranked = rank_trials([r for r in ran if r["status"] == "ok"], pick.chose, work)
+        at = value_positions(ran, parameters, space)
+        winner = pick.winner if any(r.winner for r in ranked) else None
+        baseline, effects, heatmaps = baselines(pick.baseline, ranked), \
+            effects_of(ran, at, space), heatmaps_of(ran, at, space)
+    sessions = pick.sessions
+    first = min((r["started_at"].timestamp() for r in ran), default=0.0)
+    t0 = sessions[0] if sessions and sessions[0] <= first else first
+    spans, workers = worker_timeline(ran, sessions, t0)
+    spans += retiming(pick.timeline, len(sessions), t0)
+    return Analysis(
+        path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
+        # run.json's backend has `auto` resolved; its total counts every config.
+        kernel=str(spec.get("kernel", "?")),
+        backend=str(run_meta.get("backend", spec.get("backend", "?"))),
+        total=run_meta.get("total", pick.total if pick.total is not None else len(rows)),
+        done=len(rows), counts=count_statuses(rows),
+        errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
+        winner=winner, partial=pick.partial, ranked=ranked, baseline=baseline, work=work,
+        parameters=parameters, effects=effects, heatmaps=heatmaps, workers=workers,
+        spans=spans, trials=_trials(rows, [*keys, *parameters], ranked, t0, problem_at),
+        sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
+        versions=versions, devices=devices, problem_keys=keys, problems=problems)
+
+
+def _read_table(path: Path) -> tuple[Any, list[dict[str, Any]], dict[str, str],
+                                     dict[str, Any], dict[str, str], list[str]]:
+    """The trial table, its rows, its metadata, and the spec, versions and devices it
+    records."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from storage.table import table_problem
+    from sweep.spec import SpecError
 
     try:
-        table = pq.read_table(run.trials)
+        table = pq.read_table(path)
         problem = table_problem(table.schema)
         if problem is not None:
             raise ValueError(f"not a trial table: {problem}")
@@ -187,46 +209,47 @@ def analyse(path: Path) -> Analysis:
             raise ValueError("its metadata is not a run's")
         rows = table.to_pylist()
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
-        raise SpecError(f"{run.trials}: unreadable ({type(e).__name__}: "
+        raise SpecError(f"{path}: unreadable ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
                           f"resume the run to rebuild it") from None
-    fingerprint = meta.get("fingerprint", "")
-    pick = _pick(run, fingerprint, meta.get("state", "?"))
-    run_meta = _run_meta(run)
-    # The table's order, which is the spec's (the spec's JSON sorts its keys).
-    parameters = [c for c in table.column_names if c in spec.get("space", {})]
-    space = spec.get("space", {})
-    # A pruned row is a config the search did not run: no trial, no worker's time.
-    ran = [r for r in rows if r["status"] != PRUNED]
-    positions = _positions(ran, parameters, space)
-    ok = [r for r in ran if r["status"] == "ok"]
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    work = {k: float(v) for k, v in spec.get("work", {}).items()}
-    ranked = _rank(ok, pick, work)
-    sessions = pick.sessions
-    first = min((r["started_at"].timestamp() for r in ran), default=0.0)
-    t0 = sessions[0] if sessions and sessions[0] <= first else first
-    spans, workers = worker_timeline(ran, sessions, t0)
-    spans += retiming(pick.timeline, len(sessions), t0)
-    return Analysis(
-        path=str(path), name=spec.get("name", path.name), state=meta.get("state", "?"),
-        # run.json's backend has `auto` resolved; its total counts every config.
-        kernel=str(spec.get("kernel", "?")),
-        backend=str(run_meta.get("backend", spec.get("backend", "?"))),
-        total=run_meta.get("total", pick.total if pick.total is not None else len(rows)),
-        done=len(rows),
-        counts=dict(sorted(counts.items())),
-        errors=common_errors(table.select(["index", "status", "error"]), top=len(rows)),
-        winner=pick.winner if any(r.winner for r in ranked) else None,
-        partial=pick.partial, ranked=ranked, baseline=_baseline(pick.baseline, ranked),
-        work=work,
-        parameters=parameters, effects=_effects(ran, positions, space),
-        heatmaps=_heatmaps(ran, positions, space), workers=workers,
-        spans=spans, trials=_trials(rows, parameters, ranked, t0),
-        sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
-        versions=versions, devices=devices)
+    return table, rows, meta, spec, versions, devices
+
+
+def _problems(rows: list[dict[str, Any]], columns: list[str], spec: dict[str, Any],
+              pick: _Pick, parameters: list[str]
+              ) -> tuple[list[str], list[Problem], list[int | None]]:
+    """In a sweep over problems (the spec's `problems`, two or more): the problem keys
+    that vary (each a column of the table), each problem's record, and each row's problem
+    (its position in `problems`). Nothing for a sweep of one problem."""
+    listed = spec.get("problems")
+    if not (isinstance(listed, list) and len(listed) > 1 and
+            all(isinstance(p, dict) for p in listed)):
+        return [], [], []
+    varying = {k for p in listed for k in p if len({_key(q.get(k)) for q in listed}) > 1}
+    if not varying or not varying <= set(columns):
+        return [], [], []  # not a table this tool wrote for these problems
+    keys = [c for c in columns if c in varying]
+    where = {tuple(_key(p.get(k)) for k in keys): i for i, p in enumerate(listed)}
+    at = [where.get(tuple(_key(r[k]) for k in keys)) for r in rows]
+    chosen = pick.problems if len(pick.problems) == len(listed) else \
+        [(NOTHING_CHOSE, None)] * len(listed)
+    out = []
+    for i, (problem, (chose, configs)) in enumerate(zip(listed, chosen)):
+        label = ", ".join(f"{k}={problem.get(k)}" for k in keys)  # as the run's summary says
+        mine = [r for r, k in zip(rows, at) if k == i]
+        out.append(problem_record(label, problem, mine, chose, configs, parameters,
+                                  spec.get("space", {})))
+    return keys, out, at
+
+
+def _key(value: Any) -> tuple[str, Any]:
+    """A problem key's value as the table's column and the spec's JSON both give it: a
+    number is one whether the column holds it as an integer or a float."""
+    if isinstance(value, bool) or value is None:
+        return "b", value
+    if isinstance(value, (int, float)):
+        return "n", float(value)
+    return "s", json.dumps(value, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -242,6 +265,12 @@ class _Pick:
     sessions: list[float]  # each session's start, where the snapshot knows them
     total: int | None
     timeline: dict[str, float]  # the last session's phases (Snapshot.timeline)
+    # A sweep over problems: what chose each one's winner, and its configs (by_problem).
+    problems: list[tuple[Chose, int | None]] = field(default_factory=list)
+
+    @property
+    def chose(self) -> Chose:
+        return Chose(self.winner, self.finalists, self.settled, self.baseline)
 
 
 def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
@@ -265,7 +294,8 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
                 | ({doc["index"]} if doc["index"] is not None else set()),
                 {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
                  for d, t in (doc.get("baseline") or {}).items()},
-                bool(doc["partial"]) or state != "complete", sessions, total, timeline)
+                bool(doc["partial"]) or state != "complete", sessions, total, timeline,
+                [_chose(p) for p in doc.get("by_problem", [])])
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # parses, but not as this tool writes it: the snapshot's account stands
     if snap is None:
@@ -275,7 +305,27 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
                  {b.index for b in snap.by_device.values()},
                  {d: {**_timing(t), "of": t.get("of", "baseline")}
                   for d, t in snap.baseline.items()},
-                 snap.state != "complete" or state != "complete", sessions, total, timeline)
+                 snap.state != "complete" or state != "complete", sessions, total, timeline,
+                 _by_problem(snap.by_problem))
+
+
+def _chose(doc: dict[str, Any]) -> tuple[Chose, int]:
+    """One problem of by_problem (best.json's or the snapshot's): what chose its winner,
+    and how many configs it has."""
+    index = doc["index"]
+    return Chose(
+        index, {int(f["index"]): _timing(f) for f in doc["finalists"]},
+        {int(b["index"]) for b in doc["by_device"].values()}
+        | ({int(index)} if index is not None else set()),
+        {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
+         for d, t in doc["baseline"].items()}), int(doc["configs"])
+
+
+def _by_problem(docs: list[dict[str, Any]]) -> list[tuple[Chose, int | None]]:
+    try:
+        return [_chose(p) for p in docs]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []  # not as this tool writes it: each problem ranked by its one pass
 
 
 def _timing(doc: dict[str, Any]) -> dict[str, float]:
@@ -293,117 +343,6 @@ def _run_meta(run: Any) -> dict[str, Any]:
         return {}
 
 
-def _rank(ok: list[dict[str, Any]], pick: _Pick, work: dict[str, float]) -> list[Ranked]:
-    """Each device type's settled best and the finalists (by their re-timing, the one
-    pass's where not re-timed), then the rest by the one pass. The winner, the fastest
-    settled best, comes first."""
-    retimed = pick.finalists
-
-    def key(r: dict[str, Any]) -> tuple[int, float, int]:
-        f = retimed.get(r["index"])
-        if f is not None:
-            return 0, f["latency_ms"], r["index"]
-        return (0 if r["index"] in pick.settled else 1), r["latency_ms"], r["index"]
-
-    out = []
-    for rank, r in enumerate(sorted(ok, key=key), 1):
-        f = retimed.get(r["index"])
-        ms = f["latency_ms"] if f else r["latency_ms"]
-        out.append(Ranked(
-            rank=rank, index=r["index"], config=json.loads(r["config"]), device=r["device"],
-            latency_ms=r["latency_ms"], latency_p20_ms=r["latency_p20_ms"],
-            latency_p80_ms=r["latency_p80_ms"],
-            retimed_ms=f["latency_ms"] if f else None,
-            retimed_p20_ms=f["latency_p20_ms"] if f else None,
-            retimed_p80_ms=f["latency_p80_ms"] if f else None,
-            tflops=_rate(work.get("flops"), ms, 1e12), gbps=_rate(work.get("bytes_moved"), ms, 1e9),
-            winner=r["index"] == pick.winner))
-    return out
-
-
-def _rate(amount: float | None, ms: float, unit: float) -> float | None:
-    return amount / (ms * 1e-3) / unit if amount and ms > 0 else None
-
-
-def _baseline(timed: dict[str, dict[str, Any]], ranked: list[Ranked]) -> list[Baseline]:
-    out = []
-    for device, t in sorted(timed.items()):
-        on_device = [r for r in ranked if r.device == device]
-        if not on_device:
-            continue
-        best = on_device[0].best_ms  # the ranking's first on the device: its best
-        out.append(Baseline(device, t["of"], t["latency_ms"], t["latency_p20_ms"],
-                            t["latency_p80_ms"], best, t["latency_ms"] / best))
-    return out
-
-
-def _positions(rows: list[dict[str, Any]], parameters: list[str],
-               space: dict[str, list[Any]]) -> dict[str, list[int | None]]:
-    """Each row's value of each parameter as its position in the spec's list (None: not
-    in it), computed once for the effects and every heatmap."""
-    out: dict[str, list[int | None]] = {}
-    for p in parameters:
-        values = space[p]
-        seen: dict[tuple[type, Any], int | None] = {}
-        column = []
-        for r in rows:
-            v = r[p]
-            key = (type(v), v)
-            if key not in seen:
-                seen[key] = _position(values, v)
-            column.append(seen[key])
-        out[p] = column
-    return out
-
-
-def _effects(rows: list[dict[str, Any]], positions: dict[str, list[int | None]],
-             space: dict[str, list[Any]]) -> list[Effect]:
-    out = []
-    for p, column in positions.items():
-        trials = [0] * len(space[p])
-        latencies: list[list[float]] = [[] for _ in space[p]]
-        for r, at in zip(rows, column):
-            if at is None:
-                continue
-            trials[at] += 1
-            if r["status"] == "ok":
-                latencies[at].append(r["latency_ms"])
-        out.append(Effect(p, [
-            ValueEffect(v, n, len(lat), statistics.median(lat) if lat else None,
-                        min(lat) if lat else None)
-            for v, n, lat in zip(space[p], trials, latencies)]))
-    return out
-
-
-def _heatmaps(rows: list[dict[str, Any]], positions: dict[str, list[int | None]],
-              space: dict[str, list[Any]]) -> list[Heatmap]:
-    varied = [p for p in positions if len(space[p]) > 1]
-    ok = [i for i, r in enumerate(rows) if r["status"] == "ok"]
-    out = []
-    for i, x in enumerate(varied):
-        for y in varied[i + 1:]:
-            grid: list[list[float | None]] = [[None] * len(space[x]) for _ in space[y]]
-            for k in ok:
-                col, row = positions[x][k], positions[y][k]
-                if col is None or row is None:
-                    continue
-                ms, seen = rows[k]["latency_ms"], grid[row][col]
-                grid[row][col] = ms if seen is None else min(seen, ms)
-            out.append(Heatmap(x, y, list(space[x]), list(space[y]), grid))
-    return out
-
-
-def _same(a: Any, b: Any) -> bool:
-    # True == 1 in Python, but a parameter's True and 1 are different values.
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    return bool(a == b)
-
-
-def _position(values: list[Any], value: Any) -> int | None:
-    return next((i for i, v in enumerate(values) if _same(value, v)), None)
-
-
 def _session_starts(snap: Any) -> list[float]:
     if snap is None:
         return []
@@ -414,15 +353,18 @@ def _session_starts(snap: Any) -> list[float]:
 
 
 def _trials(rows: list[dict[str, Any]], parameters: list[str],
-            ranked: list[Ranked], t0: float) -> list[dict[str, Any]]:
-    """Every trial as the HTML table shows it, in index order: its parameters and columns,
-    the ranking's rank, re-timed latency and throughput, and its times in seconds since
-    t0 (the timeline's)."""
+            ranked: list[Ranked], t0: float,
+            problem_at: list[int | None]) -> list[dict[str, Any]]:
+    """Every trial as the HTML table shows it, in index order: its parameters (a sweep
+    over problems': the problem keys that vary first) and columns, the ranking's rank,
+    re-timed latency and throughput, its times in seconds since t0 (the timeline's), and
+    in a sweep over problems its problem's position ("problem_at")."""
     by_index = {r.index: r for r in ranked}
     out = []
-    for r in rows:
+    for n, r in enumerate(rows):
         k = by_index.get(r["index"])
         out.append({
+            **({"problem_at": problem_at[n]} if problem_at else {}),
             **{c: r[c] for c in ("index", *parameters, *TRIAL_COLUMNS[1:])},
             "rank": k.rank if k else None, "retimed_ms": k.retimed_ms if k else None,
             "tflops": k.tflops if k else None, "gbps": k.gbps if k else None,

@@ -23,10 +23,19 @@ from typing import Any
 from storage.atomic import write_bytes_atomically
 from storage.records import PRUNED
 from sweep.numbers import amount, significant
-from sweep.report.analysis import Analysis, Ranked
+from sweep.report.analysis import Analysis
 from sweep.report.page_data import page_data, script_json
+from sweep.report.ranking import Ranked
 from sweep.report.rates import rate_column, rates
-from sweep.report.text import baseline_name, baseline_note, speedup_text, worker_use
+from sweep.report.text import (
+    baseline_name,
+    baseline_note,
+    changes_text,
+    problem_trials,
+    speedup_text,
+    versus,
+    worker_use,
+)
 from sweep.results.summary import how_many
 from sweep.spec import SpecError
 
@@ -47,7 +56,9 @@ def write_html(analysis: Analysis, path: Path) -> None:
 
 def render(a: Analysis, plotly_js: str) -> str:
     parts = {"TITLE": html.escape(f"sweep report: {a.name}"), "SUMMARY": _summary(a),
-             "TOP": _top(a), "FAILURES": _failures(a), "META": _metadata(a),
+             "PROBLEMS": _problems(a), "PICK": _pick(a),
+             "TOP": _problem_tops(a) if a.problems else _top(a), "FAILURES": _failures(a),
+             "META": _metadata(a),
              "PLOTLY": plotly_js, "DATA": script_json(page_data(a))}
     # One pass: a part that happens to hold "@@DATA@@" (a run's name) stays text.
     return _SLOT.sub(lambda m: parts[m.group(1)], _page())
@@ -78,7 +89,9 @@ def _summary(a: Analysis) -> str:
             ("kernel", f"{_e(a.kernel)} on {_e(', '.join(a.devices) or '?')}"),
             ("trials", f"{_e(how_many(a.done, a.total, a.counts.get(PRUNED, 0)))} {chips}")]
     winner = a.chosen
-    if winner is not None:
+    if a.problems:
+        rows.append(("winner", f"one per problem, of {len(a.problems)}: see Problems"))
+    elif winner is not None:
         how = (f"{_ms(winner.retimed_ms)} ms re-timed side by side "
                f"[{_ms(winner.retimed_p20_ms)}–{_ms(winner.retimed_p80_ms)}], one pass "
                f"{_ms(winner.latency_ms)} ms") if winner.retimed_ms is not None \
@@ -90,7 +103,7 @@ def _summary(a: Analysis) -> str:
                                f"{how} on {_e(winner.device)}{_e(rate)}{partial}"))
     else:
         rows.append(("winner", "none recorded" if a.ranked else "none: no trial succeeded"))
-    for b in a.baseline:
+    for b in [] if a.problems else a.baseline:  # a sweep over problems: each one's, below
         rows.append((f"{baseline_name(b)} on {_e(b.device)}",
                      f"{_ms(b.latency_ms)} ms [{_ms(b.latency_p20_ms)}–{_ms(b.latency_p80_ms)}]"
                      f"; the best config {_e(speedup_text(b.speedup))}"
@@ -142,7 +155,9 @@ def _metadata(a: Analysis) -> str:
             ("versions", _e(" · ".join(f"{k} {v}" for k, v in a.versions.items()))),
             ("devices", _e(", ".join(a.devices))),
             ("work per launch", _e(" · ".join(f"{k} {_work(k, v)}" for k, v in a.work.items())
-                                   or "not given by the kernel"))]
+                                   or ("the base problem's only: no throughput shown"
+                                       if a.problems and a.spec.get("work")
+                                       else "not given by the kernel")))]
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return (f"<table class='kv'>{table}</table><h3>Spec as run</h3>"
             f"<pre>{_e(json.dumps(a.spec, indent=2, sort_keys=True))}</pre>")
@@ -151,3 +166,74 @@ def _metadata(a: Analysis) -> str:
 def _work(key: str, value: float) -> str:
     unit = {"flops": "FLOP", "bytes_moved": "B"}.get(key)
     return amount(value, unit) if unit else significant(value)
+
+
+# --- a sweep over problems ----------------------------------------------------------------
+
+def _problems(a: Analysis) -> str:
+    """A row per problem (its trials, its winner re-timed among its finalists, torch's
+    time on the winner's device) and the winner-across-problems plot; nothing for a sweep
+    of one problem."""
+    if not a.problems:
+        return ""
+    torch = any(p.baseline for p in a.problems)
+    head = "".join(f"<th>{h}</th>" for h in (
+        "problem", "worked", "winner", "re-timed ms", "p20–p80", "one pass ms", "finalists",
+        *(["torch ms", "vs torch"] if torch else []), "device", "config"))
+    body, notes = [], {}
+    for p in a.problems:
+        w = p.chosen
+        b = next((b for b in p.baseline if w is not None and b.device == w.device), None)
+        if b is not None and baseline_note(b):
+            notes[baseline_note(b).strip()[1:-1]] = baseline_name(b)
+        cells = [p.label, problem_trials(p), f"#{w.index}" if w else "—",
+                 _ms(w.retimed_ms) if w else "—",
+                 f"{_ms(w.retimed_p20_ms)}–{_ms(w.retimed_p80_ms)}"
+                 if w is not None and w.retimed_ms is not None else "",
+                 _ms(w.latency_ms) if w else "—", str(p.finalists),
+                 *([_ms(b.latency_ms) if b else "—", versus(b.speedup) if b else "—"]
+                   if torch else []),
+                 w.device if w else "—", _config(w) if w else
+                 ("none recorded yet" if p.ranked else "none: no trial succeeded")]
+        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    said = "".join(f"<p class='note'>{_e(name)}: {_e(note)}</p>" for note, name in notes.items())
+    return (f"<h2>Problems</h2><p>{len(a.problems)} problems, by "
+            f"{_e(', '.join(a.problem_keys))}: each one's winner chosen by its finalists' "
+            "side-by-side re-timing"
+            + (" <b>(partial: not a complete run's settled picks)</b>" if a.partial else "")
+            + f".</p><table class='grid'><thead><tr>{head}</tr></thead><tbody>"
+            f"{''.join(body)}</tbody></table>{said}<p>{_e(changes_text(a))}.</p>"
+            "<div class='plot'><div id='plot-problems'></div></div>")
+
+
+def _pick(a: Analysis) -> str:
+    """The problem the latency, effect and heatmap plots show."""
+    if not a.problems:
+        return ""
+    return ("<div class='controls'><label>problem <select id='problem-pick'></select>"
+            "</label> <span class='note'>the latency, effect and heatmap plots show this "
+            "problem's trials; the timeline every trial</span></div>")
+
+
+def _problem_tops(a: Analysis, k: int = 5) -> str:
+    """Each problem's top k, in one table."""
+    if not a.ranked:
+        return "<p>No trial succeeded.</p>"
+    head = "".join(f"<th>{h}</th>" for h in (
+        "problem", "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
+        "device", "config"))
+    body = []
+    for p in a.problems:
+        for n, r in enumerate(p.ranked[:k]):
+            cells = [p.label if n == 0 else "", ("★ " if r.winner else "") + str(r.rank),
+                     f"#{r.index}", _ms(r.retimed_ms),
+                     f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
+                     if r.retimed_ms is not None else "", _ms(r.latency_ms),
+                     f"{_ms(r.latency_p20_ms)}–{_ms(r.latency_p80_ms)}", r.device,
+                     _config(r)]
+            body.append(f'<tr class="{"winner" if r.winner else ""}">'
+                        + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    return (f"<p>The {k} fastest of each problem, of those that worked: finalists by their "
+            "side-by-side re-timing, which chose its winner (★), then the rest by the "
+            f"sweep's one pass.</p><table class='grid'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")

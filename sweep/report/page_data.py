@@ -14,6 +14,7 @@ from sweep.report.timeline import Span
 
 if TYPE_CHECKING:
     from sweep.report.analysis import Analysis
+    from sweep.report.ranking import Problem
 
 # What the page's trial table reads of each trial (its columns, and the ranking it sorts
 # latency by); the rate column's field is added where the kernel gives its work.
@@ -41,7 +42,24 @@ def page_data(a: Analysis) -> dict[str, Any]:
         "rate": _rate_column(a),
         # The heatmap's axes until the reader picks others (see Analysis.default_heatmap).
         "heatmap": [heatmap.x, heatmap.y] if heatmap is not None else None,
+        **(_problems(a) if a.problems else {}),
     }
+
+
+def _problems(a: Analysis) -> dict[str, Any]:
+    """A sweep over problems: each problem's winner, effects and heatmaps (the plots
+    follow the problem picked), and the parameters whose winning value differs by
+    problem (the winner-across-problems plot's lines)."""
+    def winner(p: Problem) -> dict[str, Any] | None:
+        w = p.chosen
+        return None if w is None else {
+            "index": w.index, "config": w.config, "device": w.device,
+            "latency_ms": w.latency_ms, "retimed_ms": w.retimed_ms, "best_ms": w.best_ms}
+
+    return {"problem_keys": a.problem_keys, "winner_changes": a.winner_changes(),
+            "problems": [{"label": p.label, "winner": winner(p),
+                          "effects": [asdict(e) for e in p.effects],
+                          "heatmaps": [asdict(m) for m in p.heatmaps]} for p in a.problems]}
 
 
 def script_json(value: Any) -> str:
@@ -56,8 +74,13 @@ def _trial_columns(a: Analysis) -> dict[str, Any]:
     """The trials the page's table pages through, one array per field (in index order)
     rather than an object per trial: a field's name is written once, not once a trial."""
     rate = rate_field(a)
-    fields = ("index", *a.parameters, *_TABLE_FIELDS, *([rate[0]] if rate else []))
-    return _columns(a.trials, fields)
+    fields = ("index", *a.problem_keys, *a.parameters, *_TABLE_FIELDS,
+              *([rate[0]] if rate else []), *(["problem_at"] if a.problems else []))
+    columns = _columns(a.trials, fields)
+    if a.problems:  # latency sorts problem by problem, each by its ranking
+        order = {r.index: n for n, r in enumerate(a.ranked)}
+        columns["order"] = [order.get(t["index"]) for t in a.trials]
+    return columns
 
 
 def _span_columns(a: Analysis) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from sweep.report.rates import rate_column, rates
 from sweep.results.summary import how_many
 
 if TYPE_CHECKING:
-    from sweep.report.analysis import Analysis, Baseline, Ranked
+    from sweep.report.analysis import Analysis
+    from sweep.report.ranking import Baseline, Effect, Problem, Ranked
     from sweep.report.timeline import WorkerUse
 
 
@@ -20,6 +21,30 @@ def text_report(a: Analysis, top: int) -> list[str]:
     lines = [f"{a.path}: {a.state} · {a.name} ({a.kernel} on {', '.join(a.devices) or '?'})"
              f" · {how_many(a.done, a.total, a.counts.get(PRUNED, 0))} · "
              + (" · ".join(f"{k} {v}" for k, v in a.counts.items()) or "none")]
+    if a.problems:
+        lines += problem_lines(a, top)
+    else:
+        lines += _winner_lines(a, top)
+    failed = sum(g.count for g in a.errors)
+    if a.errors:
+        where = _problem_of_index(a)
+        lines.append(f"failures ({failed}, grouped by cause, one example each):")
+        lines += [f"  {g.status} ×{g.count}  e.g. #{g.index}{where.get(g.index, '')}: "
+                  f"{g.example}" for g in a.errors]
+    if a.problems:
+        lines += problem_effects(a)
+    else:
+        lines += _effect_lines(a.effects)
+    if a.workers:
+        lines.append("workers (busy: share of the time from a worker's first trial to its "
+                     "last spent running trials; the rest it waited for compiles or work):")
+        lines += [f"  {w.worker} on {w.device}: {worker_use(w)}" for w in a.workers]
+    return lines
+
+
+def _winner_lines(a: Analysis, top: int) -> list[str]:
+    """A sweep of one problem's winner, torch's time beside it and its top `top`."""
+    lines = []
     winner = a.chosen
     if winner is not None:
         partial = " (partial: not a complete run's settled pick)" if a.partial else ""
@@ -51,26 +76,26 @@ def text_report(a: Analysis, top: int) -> list[str]:
             lines.append(f"  {rank:>6} {'#' + str(r.index):>6}  {retimed:<26} "
                          f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms):<26} "
                          f"{rate:<8} {json.dumps(r.config, sort_keys=True)}")
-    failed = sum(g.count for g in a.errors)
-    if a.errors:
-        lines.append(f"failures ({failed}, grouped by cause, one example each):")
-        lines += [f"  {g.status} ×{g.count}  e.g. #{g.index}: {g.example}" for g in a.errors]
-    varied = [e for e in a.effects if len(e.values) > 1]
-    if varied:
-        lines.append("parameters (per value: trials that worked of those run · median / "
-                     "best ms of the one pass):")
-        width = max(len(e.parameter) for e in varied)
-        for e in varied:
-            cells = [f"{json.dumps(v.value)}: {v.ok}/{v.trials}"
-                     + (f" · {significant(v.median_ms)} / {significant(v.best_ms)}"
-                        if v.median_ms is not None and v.best_ms is not None else "")
-                     for v in e.values]
-            lines.append(f"  {e.parameter:<{width}}  " + "   ".join(cells))
-    if a.workers:
-        lines.append("workers (busy: share of the time from a worker's first trial to its "
-                     "last spent running trials; the rest it waited for compiles or work):")
-        lines += [f"  {w.worker} on {w.device}: {worker_use(w)}" for w in a.workers]
     return lines
+
+
+def _effect_lines(effects: list[Effect]) -> list[str]:
+    varied = [e for e in effects if len(e.values) > 1]
+    if not varied:
+        return []
+    lines = ["parameters (per value: trials that worked of those run · median / "
+             "best ms of the one pass):"]
+    width = max(len(e.parameter) for e in varied)
+    lines += [f"  {e.parameter:<{width}}  " + effect_cells(e) for e in varied]
+    return lines
+
+
+def effect_cells(e: Effect) -> str:
+    """A parameter's values, each with its trials that worked and their latencies."""
+    return "   ".join(f"{json.dumps(v.value)}: {v.ok}/{v.trials}"
+                       + (f" · {significant(v.median_ms)} / {significant(v.best_ms)}"
+                          if v.median_ms is not None and v.best_ms is not None else "")
+                       for v in e.values)
 
 
 def worker_use(w: WorkerUse) -> str:
@@ -127,3 +152,113 @@ def baseline_note(b: Baseline) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
+# --- a sweep over problems ----------------------------------------------------------------
+
+def problem_lines(a: Analysis, top: int) -> list[str]:
+    """A sweep over problems: a row per problem (its trials, its winner re-timed among its
+    finalists, torch's time on the winner's device), which winning values differ by
+    problem, and each problem's top `top`."""
+    partial = "; partial: not a complete run's settled picks" if a.partial else ""
+    no_rate = "; no throughput: the table's work per launch is the base problem's" \
+        if a.spec.get("work") else ""
+    lines = [f"problems ({len(a.problems)}, by {', '.join(a.problem_keys)}; each one's "
+             f"winner by its finalists' side-by-side re-timing{partial}{no_rate}):"]
+    torch = any(p.baseline for p in a.problems)
+    heads = ["problem", "worked", "winner", "re-timed ms [p20–p80]", "one pass ms",
+             "finalists", *(["torch ms", "vs torch"] if torch else []), "device", "config"]
+    rows, notes = [], {}
+    for p in a.problems:
+        w = p.chosen
+        b = next((b for b in p.baseline if w is not None and b.device == w.device), None)
+        if b is not None:
+            notes[baseline_note(b)] = baseline_name(b)
+        retimed = _spread(w.retimed_ms, w.retimed_p20_ms, w.retimed_p80_ms) \
+            if w is not None and w.retimed_ms is not None else "—"
+        rows.append([p.label, problem_trials(p), f"#{w.index}" if w else "—", retimed,
+                     significant(w.latency_ms) if w else "—", str(p.finalists),
+                     *([_ms(b.latency_ms) if b else "—", versus(b.speedup) if b else "—"]
+                       if torch else []),
+                     w.device if w else "—", json.dumps(w.config, sort_keys=True) if w else
+                     ("none recorded yet" if p.ranked else "none (no trial succeeded)")])
+    lines += columns(heads, rows)
+    lines += [f"  {name}: {note.strip()[1:-1]}" for note, name in notes.items() if note]
+    lines.append(f"  {changes_text(a)}")
+    if a.ranked and a.state == "complete" and not any(p.winner is not None for p in a.problems):
+        lines.append(f"  winners: best.json and snapshot.json missing or damaged (sweep "
+                     f"resume {a.path} rebuilds them)")
+    if top > 0 and a.ranked:
+        lines += _problem_tops(a, top)
+    return lines
+
+
+def _problem_tops(a: Analysis, top: int) -> list[str]:
+    rows = []
+    for p in a.problems:
+        for n, r in enumerate(p.ranked[:top]):
+            retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
+                if r.retimed_ms is not None else "—"
+            rows.append([p.label if n == 0 else "", f"{'★ ' if r.winner else ''}{r.rank}",
+                         f"#{r.index}", retimed,
+                         _spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms),
+                         json.dumps(r.config, sort_keys=True)])
+    return [f"top {top} of each problem, of those that worked (★ its winner; finalists by "
+            "their side-by-side re-timing, then the rest by the sweep's one pass):",
+            *columns(["problem", "rank", "index", "re-timed ms [p20–p80]",
+                      "one pass ms [p20–p80]", "config"], rows)]
+
+
+def problem_effects(a: Analysis) -> list[str]:
+    """Each parameter's effect within each problem: a value's latency at one size says
+    nothing of another's."""
+    varied = [k for k, e in enumerate(a.problems[0].effects) if len(e.values) > 1]
+    if not varied:
+        return []
+    lines = ["parameters, per problem (per value: trials that worked of those run · "
+             "median / best ms of the one pass):"]
+    width = max(len(a.problems[0].effects[k].parameter) for k in varied)
+    label = max(len(p.label) for p in a.problems)
+    for k in varied:
+        for n, p in enumerate(a.problems):
+            name = p.effects[k].parameter if n == 0 else ""
+            lines.append(f"  {name:<{width}}  {p.label:<{label}}  {effect_cells(p.effects[k])}")
+    return lines
+
+
+def problem_trials(p: Problem) -> str:
+    """Its trials that worked of those run, and of its configs where not all ran."""
+    ran = p.done - p.counts.get(PRUNED, 0)
+    of = f" of {p.configs}" if p.configs is not None and ran < p.configs else ""
+    return f"{p.counts.get('ok', 0)}/{ran}{of}"
+
+
+def changes_text(a: Analysis) -> str:
+    """Which winning values differ by problem, each problem's in turn."""
+    changes = a.winner_changes()
+    if not changes:
+        return "every problem's winner has the same config" if \
+            any(p.chosen for p in a.problems) else "no problem has a winner yet"
+    parts = [f"{k} " + " → ".join(json.dumps(p.chosen.config.get(k)) if p.chosen else "—"
+                                   for p in a.problems) for k in changes]
+    order = " → ".join(p.label for p in a.problems)
+    return f"winning values that differ by problem ({order}): {' · '.join(parts)}"
+
+
+def versus(speedup: float) -> str:
+    """speedup_text, as a table's cell: 1.61× faster, 7,518× slower."""
+    text = speedup_text(speedup)
+    return "matches" if text.startswith("matches") else text.removeprefix("is ")
+
+
+def columns(heads: list[str], rows: list[list[str]]) -> list[str]:
+    """A table as text, each column as wide as its widest cell (the last left ragged)."""
+    widths = [max(len(c) for c in column) for column in zip(heads, *rows)]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths)) + "  " + cells[-1]
+            for cells in (heads, *rows)]
+
+
+def _problem_of_index(a: Analysis) -> dict[int, str]:
+    """In a sweep over problems, " (M=16)" after each trial's index; nothing otherwise."""
+    if not a.problems:
+        return {}
+    return {t["index"]: f" ({a.problems[t['problem_at']].label})" for t in a.trials
+            if t.get("problem_at") is not None}
