@@ -10,7 +10,6 @@ as a module of their own, a dispatch table for launch code (sweep/dispatch.py).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -180,19 +179,9 @@ def _table(path: Path, doc: dict[str, Any]) -> Table:
 def _declared_spec(run: RunDir, declared: str) -> Spec:
     """The run's spec.yaml as the file alone decides it (no kernel imported), checked
     against the run's record of it, as `sweep resume` checks it."""
-    from storage.readback import ReadBackError, open_regular
-    from sweep.spec import SpecError, load_spec, read_spec_text
+    from sweep.run.opening import declared_spec
 
-    try:  # the run's own copy: a FIFO or a device there is damage, never a hang
-        os.close(open_regular(run.spec))
-    except ReadBackError as e:
-        raise SpecError(str(e)) from None
-    except FileNotFoundError:
-        pass  # read_spec_text says so
-    spec = load_spec(run.spec, import_kernel=False, text=read_spec_text(run.spec))
-    if spec.declared_fingerprint != declared:
-        raise SpecError(f"{run.spec}: changed since this run started; restore it")
-    return spec
+    return declared_spec(run, declared, "restore it")[0]
 
 
 def _merged_problem(run: RunDir, fingerprint: str,

@@ -61,6 +61,14 @@ def user_folders(where: Path) -> Path:
     return where
 
 
+# A sweep over three problems small enough for the interpreter (about 12 s a run).
+SHAPES = dict(
+    name="shapes", kernel="matmul", problem={"N": 64, "K": 64, "dtype": "float32"},
+    problems=[{"M": 16}, {"M": 32}, {"M": 64}],
+    space={"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16], "GROUP_M": [1]},
+    constraints=["BLOCK_M <= M"], run={"backend": "interpret"})
+
+
 def write_spec(path: Path, **doc) -> Path:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

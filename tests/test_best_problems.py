@@ -15,16 +15,10 @@ from types import ModuleType
 
 import pytest
 import triton
-from conftest import simulate_spec, sweep_in, sweep_proc, write_spec
+from conftest import SHAPES, simulate_spec, sweep_in, sweep_proc, write_spec
 
 from sweep import api
 from sweep.dispatch import HEADER, Table, Tuned, module_text
-
-SHAPES = dict(
-    name="shapes", kernel="matmul", problem={"N": 64, "K": 64, "dtype": "float32"},
-    problems=[{"M": 16}, {"M": 32}, {"M": 64}],
-    space={"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16], "GROUP_M": [1]},
-    constraints=["BLOCK_M <= M"], run={"backend": "interpret"})
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, sweep_in, sweep_proc, write_spec
+from conftest import SHAPES as BASE
 
 from storage import cache
 from sweep.search.per_problem import PerProblem
 from sweep.search.scheduling import compile_order
 from sweep.spec import SpecError, load_spec
 
-SHAPES = dict(
-    name="shapes", kernel="matmul", problem={"N": 32, "K": 32, "dtype": "float32"},
-    problems=[{"M": 16}, {"M": 32}, {"M": 64}],
-    space={"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16], "GROUP_M": [1]},
-    constraints=["BLOCK_M <= M"], timing={"warmup_ms": 1, "rep_ms": 3},
-    run={"backend": "interpret", "finalists": 2})
+SHAPES = {**BASE, "timing": {"warmup_ms": 1, "rep_ms": 3},
+          "run": {"backend": "interpret", "finalists": 2}}
 
 
 def shapes_spec(path: Path, **changes) -> Path:
@@ -37,7 +34,7 @@ def shapes_spec(path: Path, **changes) -> Path:
 def test_problems_are_merged_over_problem_and_keys_that_vary_lead_each_config(tmp_path):
     spec = load_spec(shapes_spec(tmp_path / "s.yaml"))
     assert [dict(p) for p in spec.problems] == [
-        {"M": m, "N": 32, "K": 32, "dtype": "float32"} for m in (16, 32, 64)]
+        {"M": m, "N": 64, "K": 64, "dtype": "float32"} for m in (16, 32, 64)]
     assert spec.problem_keys == ("M",)
     space = spec.expand()
     # BLOCK_M <= M read against each problem: M=16 keeps half the configs
@@ -57,7 +54,7 @@ def test_adding_a_problem_changes_the_fingerprint_and_one_problem_keeps_its_own(
     assert three.declared_fingerprint != four.declared_fingerprint
     alone = {k: v for k, v in SHAPES.items() if k not in ("problems", "constraints")}
     one = load_spec(write_spec(tmp_path / "c.yaml", **{**alone,
-                                                       "problem": {"M": 16, "N": 32, "K": 32,
+                                                       "problem": {"M": 16, "N": 64, "K": 64,
                                                                    "dtype": "float32"}}))
     assert "problems" not in one.identity() and one.problems == ()
 

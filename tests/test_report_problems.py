@@ -9,16 +9,11 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import sweep_cli, sweep_in, write_spec
+from conftest import SHAPES, sweep_cli, sweep_in, write_spec
 
 from sweep.numbers import significant
 
 PNG = b"\x89PNG\r\n\x1a\n"
-SHAPES = dict(
-    name="shapes", kernel="matmul", problem={"N": 64, "K": 64, "dtype": "float32"},
-    problems=[{"M": 16}, {"M": 32}, {"M": 64}],
-    space={"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16], "GROUP_M": [1]},
-    constraints=["BLOCK_M <= M"], run={"backend": "interpret"})
 
 
 @pytest.fixture(scope="module")

@@ -137,12 +137,10 @@ def open_existing(path: Path, command: str,
         raise
 
 
-def _reopen_locked(run: RunDir, lock: RunDirLock,
-                   say_line: Callable[[str], None]) -> Opened:
-    path = run.path
-    meta = rundir.read_meta(run)
-    # The spec names a module to import, which runs its code: check the spec against the
-    # run's record of it first, so a spec.yaml edited since names nothing new.
+def declared_spec(run: RunDir, declared: str, then: str) -> tuple[Spec, str]:
+    """The run's spec.yaml as the file alone decides it (no kernel imported) and its text,
+    checked against the run's record of it (run.json's declared fingerprint). then: what
+    the refusal tells the user to do."""
     try:  # the run's own copy: a FIFO or a device there is damage, never a hang
         os.close(open_regular(run.spec))
     except ReadBackError as e:
@@ -150,10 +148,19 @@ def _reopen_locked(run: RunDir, lock: RunDirLock,
     except FileNotFoundError:
         pass  # read_spec_text says so
     text = read_spec_text(run.spec)
-    declared = load_spec(run.spec, import_kernel=False, text=text).declared_fingerprint
-    if declared != meta["declared"]:
-        raise SpecError(f"{run.spec}: changed since this run started; start a new run "
-                        "with sweep run")
+    spec = load_spec(run.spec, import_kernel=False, text=text)
+    if spec.declared_fingerprint != declared:
+        raise SpecError(f"{run.spec}: changed since this run started; {then}")
+    return spec, text
+
+
+def _reopen_locked(run: RunDir, lock: RunDirLock,
+                   say_line: Callable[[str], None]) -> Opened:
+    path = run.path
+    meta = rundir.read_meta(run)
+    # The spec names a module to import, which runs its code: check the spec against the
+    # run's record of it first, so a spec.yaml edited since names nothing new.
+    _, text = declared_spec(run, meta["declared"], "start a new run with sweep run")
     # The name may come from the spec file's name, which is spec.yaml here.
     spec = replace(load_spec(run.spec, text=text), name=meta["name"])
     if spec.fingerprint != meta["fingerprint"]:
