@@ -24,6 +24,7 @@ why, once (notices()).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -49,6 +50,7 @@ START_LIMIT_S = 120.0
 # the pool is down once none is up).
 MAX_FAILED_STARTS = 3
 NOTICE_CHARS = 300  # the longest reason a notice quotes
+KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,10 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
         return
     outbox.send(("ready", None, None))
     keys = spec.get("problem_keys") or []
-    made = {repr(sorted(problem.items())): args}  # launch arguments per problem
+    # Launch arguments of the latest problems: a compile process holds few at a time, as
+    # a problem's are cheap to make again next to a compile (milliseconds against seconds)
+    # and every process of every worker would otherwise hold every problem's on the GPU.
+    made = collections.OrderedDict({repr(sorted(problem.items())): args})
     while True:
         try:
             key, config = inbox.recv()
@@ -124,9 +129,11 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             if keys:  # a sweep over problems: this config's problem, its arguments
                 problem = {**problem, **{k: config[k] for k in keys}}
                 config = {k: v for k, v in config.items() if k not in keys}
-                args = made.get(repr(sorted(problem.items()))) or _arguments(
-                    kernel, problem, spec["seed"])
-                made[repr(sorted(problem.items()))] = args
+                mark = repr(sorted(problem.items()))
+                args = made.pop(mark, None) or _arguments(kernel, problem, spec["seed"])
+                made[mark] = args
+                while len(made) > KEPT_PROBLEMS:
+                    made.popitem(last=False)
             keywords = {**fixed, **config}
             compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, keywords), **keywords)
             # Loading it here checks the GPU's limits (shared memory, threads per block) and

@@ -105,17 +105,23 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
     from sweep.spec import load_spec
 
     spec = load_spec(path)
-    found = lookup(spec.kernel, spec.kernel_source, spec.problem, spec.fixed_as_written)
-    entries = [{"device": e.device, "backend": e.backend, "config": dict(e.config),
+    found = [e for problem in spec.each_problem()  # each of a sweep over problems
+             for e in lookup(spec.kernel, spec.kernel_source, problem, spec.fixed_as_written)]
+    order = [dict(p) for p in spec.each_problem()]
+    entries = [{**({"problem": dict(e.problem)} if spec.problems else {}),
+                "device": e.device, "backend": e.backend, "config": dict(e.config),
                 "latency_ms": e.latency_ms, "partial": e.partial, "run_dir": e.run_dir,
                 "run_dir_gone": e.run_gone,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.written_at)),
                 "versions": dict(e.versions), "fingerprint": e.fingerprint,
                 "file": str(cache_dir() / f"{e.key}.json")}
-               for e in sorted(found, key=lambda e: (e.backend, e.device, e.latency_ms))]
+               for e in sorted(found, key=lambda e: (order.index(dict(e.problem)), e.backend,
+                                                     e.device, e.latency_ms))]
     fixed = f" fixed {json.dumps(dict(spec.fixed_as_written))}" if spec.fixed_as_written \
         else ""
-    return entries, (f"no cached best for {spec.kernel} {json.dumps(dict(spec.problem))}"
+    problems = json.dumps([dict(p) for p in spec.problems]) if spec.problems else \
+        json.dumps(dict(spec.problem))
+    return entries, (f"no cached best for {spec.kernel} {problems}"
                      f"{fixed} in {cache_dir()}")
 
 

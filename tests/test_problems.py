@@ -65,7 +65,7 @@ def test_adding_a_problem_changes_the_fingerprint_and_one_problem_keeps_its_own(
     ([{"M": 16}, 32], "problems[1]: expected a mapping of problem keys"),
     ([{"M": 16}, {"BLOCK_M": 32}], "problems[1].BLOCK_M: also set under space:"),
     ([{"M": 16}, {"M": 16}], "problems[1]: the same problem as problems[0]"),
-    ([{"M": 16}, {"M": 32, "Q": 3}], "problems[1].Q: unknown key for kernel matmul"),
+    ([{"M": 16, "Q": 1}, {"M": 32, "Q": 3}], "problems[0].Q: unknown key for kernel matmul"),
     ([{"M": 16}, {"M": "big"}], "problems[1].M: expected int"),
     ([{"M": 16}, {"M": [1, 2]}], "problems[1].M: expected a string, an integer"),
 ])
@@ -75,6 +75,21 @@ def test_bad_problems_are_one_line_naming_the_entry(tmp_path, problems, says):
         load_spec(path)
     assert str(e.value).startswith(f"{path}: {says}"), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_problem_must_set_every_key_another_sets_or_problem_sets_it(tmp_path):
+    path = shapes_spec(tmp_path / "bad.yaml", problem={"K": 64, "dtype": "float32"},
+                       problems=[{"M": 16}, {"M": 32, "N": 64}])
+    with pytest.raises(SpecError) as e:
+        load_spec(path, import_kernel=False)  # as sweep run reads it first
+    assert str(e.value) == (f"{path}: problems[0]: no value for N, which problems[1] sets; "
+                            "set it in every problem, or under problem: for all")
+
+
+def test_a_bfloat16_problem_is_refused_on_the_interpreter_naming_it(tmp_path):
+    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"M": 32, "dtype": "bfloat16"}])
+    with pytest.raises(SpecError, match=r"problems\[1\]\.dtype: bfloat16 is not supported"):
+        load_spec(path)
 
 
 def test_a_bad_problem_exits_2_with_one_line_and_writes_nothing(tmp_path):
@@ -87,10 +102,10 @@ def test_a_bad_problem_exits_2_with_one_line_and_writes_nothing(tmp_path):
 
 
 def test_a_constraint_that_fails_for_one_problem_names_that_problem(tmp_path):
-    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"K": 64}])
+    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"M": "big"}])
     with pytest.raises(SpecError) as e:
         load_spec(path)
-    assert str(e.value).startswith(f"{path}: constraints[0]: 'BLOCK_M <= M' unknown name")
+    assert str(e.value).startswith(f"{path}: constraints[0]: 'BLOCK_M <= M' <= needs two")
     assert str(e.value).endswith("(with problems[1])")
 
 
@@ -271,3 +286,36 @@ def test_the_api_answers_a_cached_sweep_over_problems_problem_by_problem(shapes_
     assert [p.problem["M"] for p in result.by_problem] == [16, 32, 64]
     assert [p.best.config for p in result.by_problem if p.best] == [p["config"] for p in best]
     assert result.best is not None and result.best.config == best[0]["config"]
+
+
+def test_trials_the_driver_records_itself_hold_the_kernels_config_and_the_run_reads_back(
+        tmp_path):
+    # crashed and timeout rows are written by the driver, not by a worker
+    spec = write_spec(tmp_path / "faults.yaml", **{
+        **SIMULATED, "problems": [{"M": 1}, {"M": 8}], "space": {"A": list(range(12))},
+        "run": {"backend": "simulate", "trial_timeout_s": 1.5, "max_retries": 0},
+        "simulate": {"workers": 2, "trial_ms": 1, "seed": 1, "crash_rate": 0.15,
+                     "hang_rate": 0.1}})
+    first = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert first.returncode == 0, first.stderr
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert {"crashed", "timeout"} <= {r["status"] for r in rows}
+    assert [r["index"] for r in rows] == list(range(24))
+    assert all("M" not in json.loads(r["config"]) for r in rows)
+    again = sweep_in("resume", tmp_path / "run")
+    assert again.returncode == 0 and "already complete" in again.stdout, again.stderr
+
+
+def test_a_bfloat16_problem_with_backend_auto_is_refused_where_the_interpreter_runs(tmp_path):
+    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"M": 32, "dtype": "bfloat16"}],
+                       run={"backend": "auto"})
+    result = sweep_in("run", path, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 2
+    assert "problems[1].dtype: bfloat16 is not supported" in result.stderr, result.stderr
+
+
+def test_sweep_best_of_a_spec_over_problems_lists_each_problems_cache_entry(shapes_run):
+    _, spec, _, env = shapes_run
+    result = sweep_in("best", spec, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert [e["problem"]["M"] for e in json.loads(result.stdout)] == [16, 32, 64]

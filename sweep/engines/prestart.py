@@ -92,7 +92,8 @@ class Prestart:
         size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
         pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
                            CompileLimit(settings.compile_timeout_s), settings.kernel_path,
-                           devices=gpus, stderr=log, fixed=settings.fixed, unforked=False)
+                           devices=gpus, stderr=log, fixed=settings.fixed, unforked=False,
+                           problem_keys=settings.problem_keys)
         for index, config in first[:EARLY_PER_PROCESS * size]:
             pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)

@@ -433,8 +433,8 @@ class Driver(Retiming):
 
     def _record_failure(self, slot: Slot, index: int, config: dict[str, Any], attempt: int,
                         outcome: TrialOutcome) -> None:
-        self.commits.add(slot.record(index, config, attempt, outcome, self.runtime.time(),
-                                     self.runtime.monotonic()))
+        self.commits.add(slot.record(index, self.space.kernel_config(index), attempt, outcome,
+                                     self.runtime.time(), self.runtime.monotonic()))
 
     def _requeue(self, trials: list[Trial]) -> None:
         self.dispatched -= len(trials)

@@ -251,7 +251,9 @@ class Session:
         if self.prestart and backend != self.prestart.backend:  # Ray found no GPU
             self.prestart.close()
             self.prestart = None
-        check_dtype_for_backend(self.spec.path, self.spec.problem, backend)
+        for i, problem in enumerate(self.spec.each_problem()):
+            check_dtype_for_backend(self.spec.path, problem, backend,
+                                    f"problems[{i}]" if self.spec.problems else "problem")
         placement = engine.placement(self.spec, backend)  # may refuse the spec
         if self.meta and backend != self.meta["backend"]:
             raise SpecError(f"{self.path}: the run used backend {self.meta['backend']}, "
@@ -314,7 +316,7 @@ class Session:
                                               earlier=self.earlier)
             write_snapshot(run.snapshot, snapshot_now)
             with RunLog(run, spec.fingerprint) as log, \
-                    ProgressReporter(tally, self.io.err, expected=spec.search.most(len(self.space))
+                    ProgressReporter(tally, self.io.err, expected=spec.search.most(self.space.sizes)
                                      if work.search is not None else None) as progress:
                 drove.driver = self._driver(engine, placement, work, log, progress, request,
                                             should_stop, snapshot)
@@ -394,7 +396,7 @@ class Session:
                          "best is one pass's, so the best-config cache does not take it "
                          "(--force tunes again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
-                      spec.search.most(len(self.space)) if "pruned" not in self.retry
+                      spec.search.most(self.space.sizes) if "pruned" not in self.retry
                       else None, problem_labels(spec))
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:

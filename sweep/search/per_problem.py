@@ -3,8 +3,9 @@ side by side in one run, each problem's first configs warm-started from its neig
 
 Each problem's search sees only its own configs (Space.part) and outcomes. A problem with
 configs from the cache (the nearest cached sweep, decided when the run was created) starts
-at once; one without waits for the problem before it to have outcomes, then starts with
-that neighbour's fastest configs: sizes that are close share their good tiles. What starts
+at once; in a guided search one without waits for the problem before it to have outcomes,
+then starts with that neighbour's fastest configs: sizes that are close share their good
+tiles. (Halving's one sample a problem, and a search with warm_start 0, wait for none.) What starts
 when follows from the outcomes alone, so a resumed run replays the same proposals.
 """
 
@@ -77,7 +78,9 @@ class PerProblem:
         """The first configs of problem p's search (its own indices), or None while it
         waits: the cache's, else the neighbour before it's fastest that worked (once one
         has, or the neighbour is over with nothing that worked)."""
-        if p == 0 or self.cached[p]:
+        # Halving proposes one sample: waiting for a neighbour's would run them in turn.
+        if p == 0 or self.cached[p] or self.options.warm_start <= 0 or \
+                self.options.strategy == "halving":
             return self.cached[p]
         before = self.ranges[p - 1]
         ok = sorted((v, i) for i, v in seen.items() if i in before and v is not None)
@@ -85,6 +88,5 @@ class PerProblem:
             i in seen for i in taken if i in before)
         if not ok and not over:
             return None
-        n = max(1, self.options.warm_start)
-        configs = [self.space.kernel_config(i) for _, i in ok[:n]]
+        configs = [self.space.kernel_config(i) for _, i in ok[:self.options.warm_start]]
         return indices_of(self.parts[p], configs)

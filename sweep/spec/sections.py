@@ -162,6 +162,13 @@ def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
         if whole in merged:
             raise r.fail(key, f"the same problem as problems[{merged.index(whole)}]")
         merged.append(whole)
+    for i, whole in enumerate(merged):  # else a kernel's default would fill it in silently
+        for j, other in enumerate(merged):
+            missing = [k for k in other if k not in whole]
+            if missing:
+                raise r.fail(f"problems[{i}]", f"no value for {missing[0]}, which "
+                                               f"problems[{j}] sets; set it in every problem, "
+                                               "or under problem: for all")
     return tuple(merged)
 
 

@@ -96,6 +96,11 @@ class Space:
         end = self.starts[problem + 1] if problem + 1 < len(self.starts) else len(self)
         return range(self.starts[problem], end)
 
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Each problem's count of configs (one entry for a sweep of one)."""
+        return tuple(len(self.problem_range(p)) for p in range(len(self.starts)))
+
     def part(self, problem: int) -> Space:
         """One problem's configs as a space of their own (its parameters alone, indexed
         from 0 in the same order): what a search of that problem works on."""
