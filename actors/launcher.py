@@ -169,14 +169,14 @@ class Launcher:
             self._restart()
         return kind, value
 
-    def run_trial(self, config: Mapping[str, Any], seed: int,
+    def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome:
         """A death may be no fault of the config (the launcher may have been killed from
         outside), so it gets a second launcher before it is recorded `crashed`."""
         deaths: list[str] = []
         while len(deaths) < 2:
             try:
-                kind, value = self._call("trial", dict(config), seed, compiled)
+                kind, value = self._call("trial", dict(config), compiled)
             except LauncherDied as e:
                 deaths.append(str(e))
                 continue

@@ -75,7 +75,7 @@ class ReplayBackend:
     def load(cls, options: Mapping[str, Any]) -> ReplayBackend:
         return cls(_read(options))
 
-    def run_trial(self, config: Mapping[str, Any], seed: int = 0,
+    def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome:
         row = self.table.get(canonical_json(dict(config)))
         if row is None:

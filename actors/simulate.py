@@ -45,8 +45,7 @@ class SimulatedBackend:
             speed = draws(self.seed, {**config, **self._salt})[1]
         return (self.trial_ms or 1.0) * (0.5 + speed)
 
-    def run_trial(self, config: Mapping[str, Any], seed: int = 0,
-                  compiled: object = None) -> TrialOutcome:
+    def run_trial(self, config: Mapping[str, Any], compiled: object = None) -> TrialOutcome:
         fate, speed = draws(self.seed, config)  # the same fate on every device type
         if self._salt:
             speed = draws(self.seed, {**config, **self._salt})[1]

@@ -187,11 +187,11 @@ class TritonBackend:
 
             driver.active.get_current_target()
 
-    def run_trial(self, config: Mapping[str, Any], seed: int,
+    def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome:
-        """compiled: the compile pool's result, if it compiled this config ahead. seed:
-        unused; every config of a problem is validated and timed on the problem's inputs
-        (ProblemInputs), drawn once from the run's seed."""
+        """compiled: the compile pool's result, if it compiled this config ahead. Every
+        config of a problem is validated and timed on the problem's inputs (ProblemInputs),
+        drawn once from the run's seed."""
         import torch
 
         fn = self.kernel.fn

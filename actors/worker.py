@@ -63,7 +63,7 @@ class Backend(Protocol):
     @property
     def device_name(self) -> str: ...
 
-    def run_trial(self, config: Mapping[str, Any], seed: int,
+    def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome: ...
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed: ...
@@ -158,7 +158,6 @@ class TrialWorker:
         # Started first: its processes boot while this one sets up the device.
         self.pool = make_compiler(settings)
         self.backend = make_backend(settings, kind)
-        self.seed = settings.seed
         self.run_id = settings.run
         self.problem_keys = settings.problem_keys
         self.name = name
@@ -323,10 +322,8 @@ class TrialWorker:
             held.out.put(TrialStarted(index, self._began, compiled is not None))
         self._began += 1
         started = time.time()
-        # Fresh inputs per config, the same for every attempt and every run.
-        seed = hash((self.seed, index)) & 0x7FFFFFFF
         with self._device:
-            outcome = self.backend.run_trial(config, seed, compiled)
+            outcome = self.backend.run_trial(config, compiled)
         if self.problem_keys:  # the row's columns hold the problem; its config, the kernel's
             config = {k: v for k, v in config.items() if k not in self.problem_keys}
         record = TrialRecord.from_outcome(

@@ -102,14 +102,14 @@ def launchers():
 
 
 def test_an_output_the_kernel_never_wrote_is_reported_as_not_written(launchers):
-    outcome = launchers["two outputs"].run_trial({"BLOCK": 64, "WRITE": 0}, seed=1)
+    outcome = launchers["two outputs"].run_trial({"BLOCK": 64, "WRITE": 0})
     assert (outcome.status, outcome.validation) == ("incorrect", "failed"), outcome
     assert outcome.error == ("output 2 of 2 was not written by the kernel "
                              f"({N} of {N} values still NaN)")
 
 
 def test_an_output_the_kernel_wrote_in_part_says_how_many_values_are_left(launchers):
-    outcome = launchers["two outputs"].run_trial({"BLOCK": 64, "WRITE": 1}, seed=1)
+    outcome = launchers["two outputs"].run_trial({"BLOCK": 64, "WRITE": 1})
     assert (outcome.status, outcome.validation) == ("incorrect", "failed"), outcome
     assert outcome.error == ("output 2 of 2 was not fully written by the kernel "
                              f"({N - N // 2} of {N} values still NaN)")
@@ -117,18 +117,18 @@ def test_an_output_the_kernel_wrote_in_part_says_how_many_values_are_left(launch
 
 def test_wrong_numbers_keep_the_max_abs_error_wording(launchers):
     two = launchers["two outputs"]
-    outcome = two.run_trial({"BLOCK": 64, "WRITE": 2}, seed=1)
+    outcome = two.run_trial({"BLOCK": 64, "WRITE": 2})
     assert outcome.status == "incorrect"
     assert outcome.error.startswith("output 2 of 2 differs from the reference: max abs error ")
     assert outcome.error.endswith("(rtol=0.01, atol=0.01)")
-    right = two.run_trial({"BLOCK": 64, "WRITE": 3}, seed=1)
+    right = two.run_trial({"BLOCK": 64, "WRITE": 3})
     assert (right.status, right.validation) == ("ok", "passed"), right
 
 
 def test_a_kernel_the_interpreter_cannot_run_names_the_interpreter_first(launchers):
     from actors.triton_backend import UNDER_INTERPRETER
 
-    outcome = launchers["eps"].run_trial({"BLOCK": 64}, seed=1)
+    outcome = launchers["eps"].run_trial({"BLOCK": 64})
     assert (outcome.status, outcome.validation) == ("runtime_error", "skipped"), outcome
     assert outcome.error.startswith(UNDER_INTERPRETER + "InterpreterError: "), outcome.error
     # The original error follows, whole.
@@ -140,7 +140,7 @@ def test_a_language_rule_broken_under_the_interpreter_stays_a_compile_error_unpr
         launchers):
     from actors.triton_backend import UNDER_INTERPRETER
 
-    outcome = launchers["faulty"].run_trial({"BLOCK": 48, "MODE": 0}, seed=1)
+    outcome = launchers["faulty"].run_trial({"BLOCK": 48, "MODE": 0})
     assert outcome.status == "compile_error" and "power of 2" in outcome.error
     assert not outcome.error.startswith(UNDER_INTERPRETER)
 

@@ -241,7 +241,7 @@ def test_fixed_values_reach_every_launch_and_the_grid(launchers):
     # Validation passes only with the bias added, two rows per program (the grid reads
     # ROWS) and the kernel record's scale of 0.5 rather than the function's default of 1.
     right = launchers["right"]
-    outcome = right.run_trial({"BLOCK_N": 64}, seed=1)
+    outcome = right.run_trial({"BLOCK_N": 64})
     assert (outcome.status, outcome.validation) == ("ok", "passed"), outcome
     # Re-timing the finalists launches with them too (HAS_BIAS has no default).
     retimed = right.retime([{"BLOCK_N": 64}], rounds=1)
@@ -253,20 +253,20 @@ def test_fixed_values_reach_every_launch_and_the_grid(launchers):
 
 
 def test_a_wrong_fixed_value_reaches_the_kernel_and_fails_validation(launchers):
-    outcome = launchers["no bias"].run_trial({"BLOCK_N": 64}, seed=1)
+    outcome = launchers["no bias"].run_trial({"BLOCK_N": 64})
     assert (outcome.status, outcome.validation) == ("incorrect", "failed"), outcome
     assert outcome.error.startswith("output 1 of 2 differs from the reference: max abs error")
 
 
 def test_each_output_is_validated_on_its_own(launchers):
-    outcome = launchers["second wrong"].run_trial({"BLOCK_N": 64}, seed=1)
+    outcome = launchers["second wrong"].run_trial({"BLOCK_N": 64})
     assert (outcome.status, outcome.validation) == ("incorrect", "failed"), outcome
     assert outcome.error == ("output 2 of 2 differs from the reference: max abs error 1 "
                              "(rtol=0.01, atol=0.01)")
 
 
 def test_a_reference_with_fewer_outputs_than_the_launch_is_a_runtime_error(launchers):
-    outcome = launchers["one reference"].run_trial({"BLOCK_N": 64}, seed=1)
+    outcome = launchers["one reference"].run_trial({"BLOCK_N": 64})
     assert (outcome.status, outcome.validation) == ("runtime_error", "skipped"), outcome
     assert outcome.error == ("the kernel's reference returned 1 output(s) and its "
                              "launch_args 2: reference must return one tensor per output, "
@@ -278,7 +278,7 @@ def test_a_single_output_kernel_keeps_its_error_text():
         backend="interpret", kernel="faulty", problem={"n": 100}, trial_timing=(1, 3),
         finalist_timing=(1, 3), tolerance=(0.01, 0.01), seed=0, simulate={})))
     try:
-        outcome = one.run_trial({"BLOCK": 64, "MODE": 1}, seed=1)
+        outcome = one.run_trial({"BLOCK": 64, "MODE": 1})
     finally:
         stop(one)
     assert outcome.status == "incorrect"

@@ -100,7 +100,7 @@ class RecordingBackend:
     def __init__(self) -> None:
         self.ran: list[tuple[int, Compiled | None]] = []
 
-    def run_trial(self, config: Mapping[str, Any], seed: int,
+    def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome:
         self.ran.append((config["i"], compiled))
         return TrialOutcome("ok", "skipped", latency_ms=1.0)
@@ -203,14 +203,14 @@ def prestarted(tmp_path):
 def test_a_worker_adopts_the_launcher_started_for_it(prestarted):
     address, key, process = prestarted
     launcher = Launcher(PAYLOAD, adopt=(address, key, process.pid))
-    outcome = launcher.run_trial(CONFIG, seed=1)
+    outcome = launcher.run_trial(CONFIG)
     assert (outcome.status, outcome.validation) == ("ok", "passed"), outcome
     assert launcher._child is not None and launcher._child.process.pid == process.pid
 
 
 def test_a_launcher_that_cannot_be_adopted_is_replaced_by_the_workers_own(tmp_path):
     launcher = Launcher(PAYLOAD, adopt=(str(tmp_path / "nobody"), "00", 999999))
-    assert launcher.run_trial(CONFIG, seed=1).status == "ok"
+    assert launcher.run_trial(CONFIG).status == "ok"
     assert launcher._child is not None and launcher._child.process.pid != 999999
     child.kill(launcher._child)
 
@@ -326,12 +326,12 @@ def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(m
         have come up (or the pool is down), as a kernel's first trial outlasts the
         server's imports on a GPU."""
 
-        def run_trial(self, config, seed, compiled=None):
+        def run_trial(self, config, compiled=None):
             deadline = time.monotonic() + 120
             while not pool.started() and getattr(pool, "_down", None) is None:
                 assert time.monotonic() < deadline, "the pool never settled"
                 pool.wait(0.05)
-            return super().run_trial(config, seed, compiled)
+            return super().run_trial(config, compiled)
 
     backend = FirstTrialOutlastsPoolStart()
     monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
