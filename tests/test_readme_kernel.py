@@ -1,7 +1,7 @@
-"""The user-kernel example in README.md works as written: a module next to the spec,
-named as "module:attr", run by the installed command from that directory — a directory
-that also holds folders named like this project's packages, which must not replace them
-(in the driver, in Ray's workers, or in the processes those start)."""
+"""The user-kernel example in README.md works as written: its module and its spec, saved
+side by side under the names README gives them, run by the installed command from that
+directory — a directory that also holds folders named like this project's packages, which
+must not replace them (in the driver, in Ray's workers, or in the processes those start)."""
 
 import json
 import os
@@ -11,19 +11,37 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from conftest import ROOT, user_folders, write_spec
+from conftest import ROOT, user_folders
 
 EXPECTED = [(64, "ok", "passed"), (128, "ok", "passed"), (96, "compile_error", "skipped")]
+SPEC = "add.yaml"  # the name README gives the spec
+# README's commands, on the interpreter even where a GPU is (the launch-code check runs there).
+RUN = ["run", SPEC, "--out", "run", "--backend", "interpret"]
+
+
+def readme_section(title: str) -> str:
+    """README's section under the heading that ends with `title`, up to the next heading."""
+    readme = (ROOT / "README.md").read_text()
+    start = re.search(rf"^#+ .*{re.escape(title)}\n", readme, re.M)
+    assert start, f"README.md has no heading {title!r}"
+    rest = readme[start.end():]
+    end = re.search(r"^#+ ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def saved_as(section: str, language: str) -> tuple[str, str]:
+    """A code block of the section and the file name the text before it gives it."""
+    found = re.search(rf"`([\w.]+)`:\n\n```{language}\n(.*?)```", section, re.S)
+    assert found, f"no {language} block introduced by its file name"
+    return found.group(1), found.group(2)
 
 
 def users_directory(tmp_path: Path, decoys: bool = True) -> Path:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Your own kernel", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    (tmp_path / "addkernel.py").write_text(code)
-    write_spec(tmp_path / "spec.yaml", kernel="addkernel:KERNEL", problem={"n": 1000},
-               space={"BLOCK": [64, 128, 96]}, timing={"warmup_ms": 1, "rep_ms": 5},
-               run={"backend": "interpret"})
+    section = readme_section("Your own kernel")
+    for language in ("python", "yaml"):
+        name, text = saved_as(section, language)
+        (tmp_path / name).write_text(text)
+    assert (tmp_path / "addkernel.py").exists() and (tmp_path / SPEC).exists()
     return user_folders(tmp_path) if decoys else tmp_path
 
 
@@ -39,7 +57,7 @@ def run(command: list[str], cwd: Path) -> list[tuple]:
 def test_readme_kernel_example_sweeps_from_the_users_directory(tmp_path):
     here = users_directory(tmp_path)
     sweep = str(Path(sys.executable).parent / "sweep")  # the installed command, as README says
-    assert run([sweep, "run", "spec.yaml", "--out", "run"], here) == EXPECTED
+    assert run([sweep, *RUN], here) == EXPECTED
 
 
 # After README's launch-code snippet: its add() must compute x + y, with the tuned BLOCK
@@ -64,11 +82,10 @@ print(json.dumps(used))
 def test_readme_launch_code_uses_the_tuned_config_with_a_fallback(tmp_path):
     # (No decoy folders here: the user's own program imports what its directory holds.)
     here = users_directory(tmp_path, decoys=False)
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("**In your launch code.**", 1)[1]
+    section = readme_section("Using the result").split("**In your launch code.**", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     sweep = str(Path(sys.executable).parent / "sweep")
-    run([sweep, "run", "spec.yaml", "--out", "run"], here)
+    run([sweep, *RUN], here)
     best = json.loads((here / "run" / "best.json").read_text())["config"]
     assert best["BLOCK"] in (64, 128)
     done = subprocess.run([sys.executable, "-c", snippet + CHECK], cwd=here,
