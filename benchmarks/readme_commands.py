@@ -1,4 +1,4 @@
-"""The sweeps README quotes, timed as a user runs them: `sweep run` on the quickstart
+"""The sweeps README and docs/ quote, timed as a user runs them: `sweep run` on the quickstart
 (real kernels, Triton's CPU interpreter) and on the 10,000-config simulate spec, on the
 local runtime (the default) and, as the baseline in the same run, on a private Ray
 instance each command starts (`--runtime ray`, the default before the local runtime);
