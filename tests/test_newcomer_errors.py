@@ -1,0 +1,90 @@
+"""A newcomer's mistakes that are not one line of the spec, each said in one line with exit
+2: a kernel module that fails to import (wherever a spec's kernel is imported), a kernel
+attribute that is not there, a resume after the kernel changed, an --out folder of the
+user's own files, argparse's own errors, and what a summary says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import sweep_in, sweep_proc
+
+# A user's kernel: the built-in softmax under a module of the user's, small enough for the
+# interpreter.
+GOOD_KERNEL = "from sweep_kernels.softmax import KERNEL  # noqa: F401\n"
+SPEC = ("kernel: {module}:KERNEL\n"
+        "problem: {{rows: 4, cols: 64, dtype: float32}}\n"
+        "space: {{BLOCK_N: [64], ROWS_PER_PROGRAM: [1, 2]}}\n"
+        "run: {{backend: interpret, runtime: local}}\n")
+
+BROKEN = [  # (the module's text, the one line's end)
+    ("import math\n\n\n\n\nx = math.floor(\n",
+     "brokenkernel.py:6: SyntaxError: '(' was never closed"),
+    (GOOD_KERNEL + "y = undefined_name\n",
+     "brokenkernel.py:2: NameError: name 'undefined_name' is not defined"),
+    (GOOD_KERNEL + "import no_such_module_of_anyone\n",
+     "brokenkernel.py:2: ModuleNotFoundError: No module named 'no_such_module_of_anyone'"),
+]
+
+
+def user_spec(where: Path, module: str, text: str) -> Path:
+    (where / f"{module}.py").write_text(text)
+    spec = where / "spec.yaml"
+    spec.write_text(SPEC.format(module=module))
+    return spec
+
+
+def one_error_line(done) -> str:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    # (A notice that the kernel's import is under way may come first: torch takes seconds.)
+    lines = [line for line in done.stderr.strip().splitlines()
+             if not line.endswith("(the spec's kernel) to check the spec against it")]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("text", "says"), BROKEN, ids=["syntax", "name", "import"])
+def test_a_kernel_module_that_fails_to_import_is_one_line_naming_its_file_and_line(
+        tmp_path, text, says):
+    spec = user_spec(tmp_path, "brokenkernel", text)
+    line = one_error_line(sweep_proc("run", "spec.yaml", cwd=tmp_path))
+    assert line == f"error: {spec.name}: kernel: importing brokenkernel failed: {says}"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_sweep_best_of_a_spec_whose_kernel_fails_to_import_is_one_line(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    user_spec(tmp_path, "brokenbest", BROKEN[1][0])
+    line = one_error_line(sweep_in("best", "spec.yaml"))
+    assert line.endswith("kernel: importing brokenbest failed: brokenbest.py:2: NameError: "
+                         "name 'undefined_name' is not defined")
+
+
+def test_resume_after_the_kernel_module_broke_is_one_line(tmp_path):
+    user_spec(tmp_path, "brokenlater", GOOD_KERNEL)
+    done = sweep_proc("run", "spec.yaml", "--out", "run", "--max-trials", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "brokenlater.py").write_text(BROKEN[0][0])
+    line = one_error_line(sweep_proc("resume", "run", cwd=tmp_path))
+    assert line.endswith("kernel: importing brokenlater failed: brokenlater.py:6: "
+                         "SyntaxError: '(' was never closed")
+
+
+def test_a_kernel_attribute_that_is_not_there_is_said_so_with_the_records_the_module_has(
+        tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "addkernel.py").write_text(GOOD_KERNEL + "OTHER = KERNEL\nhelper = 1\n")
+    (tmp_path / "spec.yaml").write_text(SPEC.format(module="addkernel").replace(
+        "addkernel:KERNEL", "addkernel:KERNL"))
+    line = one_error_line(sweep_in("run", tmp_path / "spec.yaml", "--out", tmp_path / "o"))
+    assert line.endswith("kernel: module addkernel has no attribute 'KERNL' (its Kernel "
+                         "records: KERNEL, OTHER)")
+    (tmp_path / "spec.yaml").write_text(SPEC.format(module="addkernel").replace(
+        "addkernel:KERNEL", "addkernel:helper"))
+    line = one_error_line(sweep_in("run", tmp_path / "spec.yaml", "--out", tmp_path / "o"))
+    assert line.endswith("kernel: addkernel:helper is a int, not a sweep_kernels.Kernel "
+                         "record (its Kernel records: KERNEL, OTHER)")
