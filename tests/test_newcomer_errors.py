@@ -88,3 +88,29 @@ def test_a_kernel_attribute_that_is_not_there_is_said_so_with_the_records_the_mo
     line = one_error_line(sweep_in("run", tmp_path / "spec.yaml", "--out", tmp_path / "o"))
     assert line.endswith("kernel: addkernel:helper is a int, not a sweep_kernels.Kernel "
                          "record (its Kernel records: KERNEL, OTHER)")
+
+
+# A user's kernel whose problem default for rows comes from the environment: the problem
+# changes with its source unchanged.
+ROWS_FROM_ENV = ("import dataclasses, os\n"
+                 "from sweep_kernels.softmax import KERNEL as SOFTMAX\n"
+                 "KERNEL = dataclasses.replace(SOFTMAX, problem_defaults={\n"
+                 "    **SOFTMAX.problem_defaults, 'rows': int(os.environ.get('ROWS', '4'))})\n")
+
+
+def test_resume_after_the_kernel_changed_says_which_part_changed_and_names_force(tmp_path):
+    user_spec(tmp_path, "changing", ROWS_FROM_ENV)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec.read_text().replace("rows: 4, ", ""))
+    done = sweep_proc("run", "spec.yaml", "--out", "run", "--max-trials", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    line = one_error_line(sweep_proc("resume", "run", cwd=tmp_path, env={"ROWS": "8"}))
+    run = tmp_path / "run"
+    assert line.startswith(f"error: {run}: the problem (with the kernel's defaults) has "
+                           "changed since this run started (fingerprint ")
+    assert line.endswith(f"`sweep run SPEC --out {run} --force` starts anew there (moving "
+                         "this run aside), or sweep run elsewhere")
+    with (tmp_path / "changing.py").open("a") as f:
+        f.write("# an edit\n")
+    line = one_error_line(sweep_proc("resume", "run", cwd=tmp_path))
+    assert "the kernel's source has changed since this run started" in line
