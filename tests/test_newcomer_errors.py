@@ -5,10 +5,14 @@ user's own files, argparse's own errors, and what a summary says."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import sweep_in, sweep_proc
+from blocked_imports import without
+from conftest import simulate_spec, sweep_cli, sweep_in, sweep_proc
 
 # A user's kernel: the built-in softmax under a module of the user's, small enough for the
 # interpreter.
@@ -114,3 +118,20 @@ def test_resume_after_the_kernel_changed_says_which_part_changed_and_names_force
         f.write("# an edit\n")
     line = one_error_line(sweep_proc("resume", "run", cwd=tmp_path))
     assert "the kernel's source has changed since this run started" in line
+
+
+def test_to_pandas_without_pandas_names_the_package_to_install(tmp_path):
+    run = tmp_path / "run"
+    assert sweep_cli("run", simulate_spec(tmp_path / "sim.yaml"), "--out", run,
+                     "--runtime", "local") == 0
+    script = ("import sys\nfrom sweep import api\nr = api.load(sys.argv[1])\n"
+              "assert r.table().num_rows > 0\n"
+              "try:\n    r.to_pandas()\nexcept ModuleNotFoundError as e:\n"
+              "    print(e.name, '|', e)\n")
+    env = {**os.environ, **without(["pandas"], tmp_path / "site")}
+    got = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == ("pandas | SweepResult.to_pandas() needs pandas, which is "
+                                  "not installed: pip install pandas (or use .table(), a "
+                                  "pyarrow Table)")
