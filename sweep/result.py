@@ -3,6 +3,7 @@ best configs, and its trial table as pyarrow or pandas."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,7 @@ class SweepResult:
         """The trial table as a pandas DataFrame (pandas is not a dependency of the sweep:
         ModuleNotFoundError naming the package to install, where it is missing)."""
         try:
-            import pandas  # noqa: F401
+            importlib.import_module("pandas")
         except ModuleNotFoundError:
             raise ModuleNotFoundError("SweepResult.to_pandas() needs pandas, which is not "
                                       "installed: pip install pandas (or use .table(), a "
