@@ -135,3 +135,26 @@ def test_to_pandas_without_pandas_names_the_package_to_install(tmp_path):
     assert got.stdout.strip() == ("pandas | SweepResult.to_pandas() needs pandas, which is "
                                   "not installed: pip install pandas (or use .table(), a "
                                   "pyarrow Table)")
+
+
+def test_out_into_a_folder_of_the_users_files_is_refused_and_leaves_them_alone(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("precious")
+    (folder / "data").mkdir()
+    done = sweep_in("run", simulate_spec(tmp_path / "sim.yaml"), "--out", folder,
+                    "--runtime", "local")
+    assert one_error_line(done) == (f"error: --out {folder}: not a run directory and not "
+                                    "empty (it holds data, notes.txt); choose a new or empty "
+                                    "folder for the run")
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "notes.txt"]
+    assert (folder / "notes.txt").read_text() == "precious"
+    assert not any(p.name.startswith("mine.replaced") for p in tmp_path.iterdir())
+
+
+def test_out_into_an_existing_empty_folder_runs_there(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    assert sweep_cli("run", simulate_spec(tmp_path / "sim.yaml"), "--out", folder,
+                     "--runtime", "local") == 0
+    assert (folder / "run.json").exists()

@@ -115,6 +115,12 @@ def _check_room_for_a_run(run: RunDir, replace_run: bool,
         raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
                         "cut short, or files of something else); choose another "
                         "--out, or remove them")
+    others = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
+    if others:  # the user's own files: a run written among them, a later --force takes them
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
+                                         else "")
+        raise SpecError(f"--out {path}: not a run directory and not empty (it holds "
+                        f"{shown}); choose a new or empty folder for the run")
 
 
 def open_existing(path: Path, command: str,
