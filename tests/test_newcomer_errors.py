@@ -158,3 +158,50 @@ def test_out_into_an_existing_empty_folder_runs_there(tmp_path):
     assert sweep_cli("run", simulate_spec(tmp_path / "sim.yaml"), "--out", folder,
                      "--runtime", "local") == 0
     assert (folder / "run.json").exists()
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    done = sweep_in("--version")
+    expected = (0, f"sweep {version('triton-sweep')}\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == expected
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["run", "x.yaml", "--backend", "cdua"],
+     "error: --backend: expected one of auto, cuda, interpret, simulate, replay; got 'cdua' "
+     "(sweep run --help says more)"),
+    (["report", "d", "--top", "many"],
+     "error: --top: expected an integer; got 'many' (sweep report --help says more)"),
+    (["resume", "d", "--time-budget", "soon"],
+     "error: --time-budget: expected a number; got 'soon' (sweep resume --help says more)"),
+    ([], "error: a command is required: one of run, resume, report, best, submit "
+         "(sweep --help says more)"),
+    (["runn"], "error: command: expected one of run, resume, best, report, submit; got 'runn' "
+               "(sweep --help says more)"),
+    (["run"], "error: the following arguments are required: SPEC "
+              "(sweep run --help says more)"),
+], ids=["choice", "int", "float", "no-command", "command", "required"])
+def test_a_usage_mistake_is_one_line_without_the_usage_block(args, says):
+    done = sweep_proc(*args)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", says + "\n")
+
+
+def test_help_describes_the_tool_each_argument_and_gives_examples():
+    top = sweep_in("--help")
+    assert top.returncode == 0
+    assert "Resumable, distributed autotuning sweeps of Triton kernels" in top.stdout
+    assert "--version" in top.stdout and "examples:" in top.stdout
+    assert "sweep run configs/quickstart.yaml" in top.stdout
+    for command in ("run", "resume", "report", "best", "submit"):
+        shown = sweep_in(command, "--help")
+        assert shown.returncode == 0
+        lines = shown.stdout.split("options:")[1].splitlines()
+        # Every argument has its help: no option line stands alone, without text.
+        bare = [line for i, line in enumerate(lines) if line.startswith("  -")
+                and len(line.split("  ")) < 3 and not lines[i + 1].startswith(" " * 10)]
+        assert not bare, (command, bare)
+        assert "positional arguments:" in shown.stdout
+    assert "(default: 5)" in " ".join(sweep_in("report", "--help").stdout.split())
+    assert "(default: a new one under runs/)" in " ".join(sweep_in("run", "--help").stdout.split())
