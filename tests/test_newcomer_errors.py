@@ -205,3 +205,48 @@ def test_help_describes_the_tool_each_argument_and_gives_examples():
         assert "positional arguments:" in shown.stdout
     assert "(default: 5)" in " ".join(sweep_in("report", "--help").stdout.split())
     assert "(default: a new one under runs/)" in " ".join(sweep_in("run", "--help").stdout.split())
+
+
+def summary_of(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(("sweep ", "  "))]
+
+
+def test_a_resumed_sessions_summary_tells_the_runs_count_from_this_sessions(tmp_path):
+    spec, run = simulate_spec(tmp_path / "sim.yaml"), tmp_path / "run"
+    first = sweep_in("run", spec, "--out", run, "--runtime", "local", "--max-trials", "12")
+    assert first.returncode == 0, first.stderr
+    head = summary_of(first.stdout)[0]
+    assert " — 12 of 40 trials in " in head and "this session" not in head
+    again = sweep_in("resume", run, "--runtime", "local")
+    assert again.returncode == 0, again.stderr
+    head = summary_of(again.stdout)[0]
+    assert " — 40 of 40 trials done (28 in this session, " in head, head
+    assert f"  next: sweep report {run} (the fastest, the failures), sweep best {run} (the " \
+           "best as a triton.Config)" in again.stdout
+
+
+def test_an_interrupted_run_in_which_nothing_ran_says_none_ran():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from sweep.results.summary import print_summary
+    from sweep.results.tally import Tally
+
+    out = StringIO()
+    print_summary(Console(file=out, width=200), "sim", Path("/runs/sim"), "interrupted",
+                  Tally(total=40), 0.4)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "sweep sim: interrupted — 0 of 40 trials in 0.4 s (none)"
+    assert lines[1] == "  best: none (no trial ran)"
+    assert not any("next:" in line for line in lines)  # nothing to report on yet
+
+
+def test_out_holding_only_what_a_start_cut_short_leaves_is_taken_for_a_new_run(tmp_path):
+    folder = tmp_path / "cut"
+    folder.mkdir()
+    (folder / "workers.log").write_text("")
+    (folder / ".spec.yaml.k3j2x9.tmp").write_text("half")
+    assert sweep_cli("run", simulate_spec(tmp_path / "sim.yaml"), "--out", folder,
+                     "--runtime", "local") == 0
+    assert (folder / "run.json").exists()

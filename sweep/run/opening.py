@@ -115,12 +115,21 @@ def _check_room_for_a_run(run: RunDir, replace_run: bool,
         raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
                         "cut short, or files of something else); choose another "
                         "--out, or remove them")
-    others = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
+    others = sorted(p.name for p in path.iterdir() if not _the_sweeps(run, p.name))
     if others:  # the user's own files: a run written among them, a later --force takes them
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
                                          else "")
         raise SpecError(f"--out {path}: not a run directory and not empty (it holds "
                         f"{shown}); choose a new or empty folder for the run")
+
+
+def _the_sweeps(run: RunDir, name: str) -> bool:
+    """A file a start cut short may leave (a log, an atomic write's temporary file)."""
+    own = {p.name for p in (run.meta, run.spec, run.journal, run.trials, run.attempts,
+                            run.best, run.snapshot, run.ray_log, run.workers_log)}
+    temporary = name.startswith(".") and name.endswith(".tmp") and \
+        name[1:].rpartition(".")[0].rpartition(".")[0] in own  # .NAME.XXXX.tmp
+    return name == LOCK_NAME or name in own or temporary
 
 
 def open_existing(path: Path, command: str,
