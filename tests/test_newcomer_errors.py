@@ -250,3 +250,69 @@ def test_out_holding_only_what_a_start_cut_short_leaves_is_taken_for_a_new_run(t
     assert sweep_cli("run", simulate_spec(tmp_path / "sim.yaml"), "--out", folder,
                      "--runtime", "local") == 0
     assert (folder / "run.json").exists()
+
+
+def without_ray(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `sweep` (and its workers) on a machine without Ray: nothing
+    inherited names a cluster, and Ray's records go to a folder of the test's own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    (tmp_path / "raytmp").mkdir(exist_ok=True)
+    return {**env, **without(["ray"], tmp_path / "site"), "RAY_TMPDIR": str(tmp_path / "raytmp"),
+            **extra}
+
+
+def sweep_without_ray(tmp_path: Path, *args: str | Path, **extra: str):
+    return subprocess.run([sys.executable, "-m", "sweep", *map(str, args)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env=without_ray(tmp_path, **extra))
+
+
+NEEDS_RAY = ("needs Ray, which is not installed; pip install 'triton-sweep[ray]', or "
+             "--runtime local to run on this machine without it")
+
+
+@pytest.mark.parametrize(("args", "env", "why"), [
+    (["--runtime", "ray"], {}, "--runtime ray"),
+    (["--address", "10.0.0.1:6379"], {}, "--address 10.0.0.1:6379"),
+    ([], {"RAY_ADDRESS": "10.0.0.1:6379"}, "RAY_ADDRESS=10.0.0.1:6379"),
+], ids=["runtime", "address", "RAY_ADDRESS"])
+def test_asking_for_ray_without_ray_installed_says_what_to_install(tmp_path, args, env, why):
+    spec = simulate_spec(tmp_path / "sim.yaml")
+    done = sweep_without_ray(tmp_path, "run", spec, "--out", "run", *args, **env)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {why}: {NEEDS_RAY}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_ray_head_found_on_this_machine_without_ray_installed_says_what_to_install(
+        tmp_path):
+    import socket
+
+    spec = simulate_spec(tmp_path / "sim.yaml")
+    with socket.socket() as head:  # something listening where `ray start` recorded a head
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        (tmp_path / "raytmp" / "ray").mkdir(parents=True)
+        (tmp_path / "raytmp" / "ray" / "ray_current_cluster").write_text(
+            f"127.0.0.1:{head.getsockname()[1]}")
+        done = sweep_without_ray(tmp_path, "run", spec, "--out", "run")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("error: --runtime auto found a Ray head on this machine (`ray "
+                           f"start`); joining it: {NEEDS_RAY}\n")
+
+
+def test_sweep_submit_without_ray_installed_says_to_install_the_cluster_extra(tmp_path):
+    spec = simulate_spec(tmp_path / "sim.yaml")
+    done = sweep_without_ray(tmp_path, "submit", spec.name, "--address", "http://127.0.0.1:9")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("error: sweep submit needs Ray's job client, which ray[default] "
+                           "provides (ray is missing): pip install 'triton-sweep[cluster]' "
+                           "(from a clone: pip install -e '.[cluster]')\n")
+
+
+def test_a_local_run_of_a_real_kernel_needs_no_ray(tmp_path):
+    user_spec(tmp_path, "mykernel", GOOD_KERNEL)
+    done = sweep_without_ray(tmp_path, "run", "spec.yaml", "--out", "run", "--runtime", "auto")
+    assert done.returncode == 0, done.stderr
+    assert "complete — 2 of 2 trials" in done.stdout
+    report = sweep_without_ray(tmp_path, "report", "run")
+    assert report.returncode == 0, report.stderr
