@@ -11,10 +11,13 @@ caller (tests) runs, and it changes nothing of the process by being imported.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from actors.backends import CHOICES
 from sweep import EXIT_BAD_INPUT, EXIT_FAILED, SweepFailed
@@ -23,63 +26,164 @@ from sweep.run.stop import StopController
 
 _DEFAULT = Path()  # --html given without a path
 
+EXAMPLES = """examples:
+  sweep run configs/quickstart.yaml            tune a kernel; the run goes under runs/
+  sweep run my.yaml --out runs/mm --backend interpret --max-trials 20
+  sweep resume runs/mm                         continue a stopped run where it stopped
+  sweep report runs/mm --html                  the fastest configs, and a page of plots
+  sweep best runs/mm                           the best config, as JSON and triton.Config
+  sweep submit my.yaml --address http://HEAD:8265   run it on a Ray cluster as a job
+
+Exit codes: 0 done (or stopped by --max-trials / --time-budget), 1 internal failure,
+2 bad input, 3 no config succeeded, 130/143 stopped by SIGINT/SIGTERM (resumable)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its mistakes said in one line (exit 2), not after a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {_one_line(message)} (sweep {self._command()}"
+                                  "--help says more)\n")
+
+    def _command(self) -> str:
+        words = self.prog.split()[1:]  # "sweep run" -> ["run"]
+        return " ".join(words) + " " if words else ""
+
+
+def _one_line(message: str) -> str:
+    """argparse's message, as the rest of the command says a mistake: "--backend: expected
+    one of auto, cuda, ...; got 'cdua'"."""
+    m = re.fullmatch(r"argument (\S+?)(?:/\S+)?: invalid choice: (.+?) \(choose from (.+)\)",
+                     message)
+    if m:
+        what = "command" if m[1] == "COMMAND" else m[1]
+        return f"{what}: expected one of {m[3].replace(chr(39), '')}; got {m[2]}"
+    m = re.fullmatch(r"argument (\S+?)(?:/\S+)?: invalid (int|float) value: (.+)", message)
+    if m:
+        return f"{m[1]}: expected {'an integer' if m[2] == 'int' else 'a number'}; got {m[3]}"
+    m = re.fullmatch(r"argument (\S+?)(?:/\S+)?: (.+)", message)
+    if m:
+        return f"{m[1]}: {m[2]}"
+    if message.startswith("the following arguments are required: COMMAND"):
+        return f"a command is required: one of {', '.join(COMMANDS)}"
+    return message
+
+
+COMMANDS = ("run", "resume", "report", "best", "submit")
+
+
+def _wrapped(text: str) -> str:
+    """A description wrapped as argparse wraps help (a raw formatter keeps the examples)."""
+    return textwrap.fill(text, 79)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton-sweep")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start a sweep from a spec")
-    run.add_argument("spec", type=Path)
-    run.add_argument("--out", type=Path, help="run directory (default: a new one under runs/)")
+    p = _Parser(prog="sweep", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description=_wrapped(
+                    "Resumable, distributed autotuning sweeps of Triton kernels: run every "
+                    "config of a spec's search space, keep each trial's result on disk, "
+                    "and report the fastest."),
+                epilog=EXAMPLES)
+    p.add_argument("--version", action="version", version=f"sweep {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           title="commands")
+    _run_args(sub.add_parser("run", help="start a sweep from a spec", description=_wrapped(
+        "Start a sweep: check SPEC, then run each config of its space on the workers and "
+        "record every trial in a run directory (resumable)."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  sweep run configs/quickstart.yaml --out runs/qs"))
+    _resume_args(sub.add_parser("resume", help="continue a stopped run in place",
+                                description=_wrapped(
+        "Continue a stopped or killed run in its directory: the configs not yet run, "
+        "and nothing twice.")))
+    _best_args(sub.add_parser("best", help="a run's best config, or the cached best for a "
+                                           "spec's kernel and problem: as JSON and a "
+                                           "triton.Config line"))
+    _report_args(sub.add_parser("report", help="summarise a run directory", description=_wrapped(
+        "What a run found: the fastest configs, the failures by kind, throughput; as "
+        "text, JSON, an HTML page or PNG plots.")))
+    from sweep.submit import add_arguments
+
+    add_arguments(sub.add_parser("submit", help="run a sweep on a Ray cluster as a Ray Job",
+                                 description="Run a sweep on a Ray cluster as a Ray Job, "
+                                             "from a machine outside it (needs "
+                                             "triton-sweep[cluster])."))
+    return p
+
+
+def _run_args(run: argparse.ArgumentParser) -> None:
+    run.add_argument("spec", type=Path, metavar="SPEC",
+                     help="the spec: a YAML file naming the kernel, problem and space")
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="run directory, new or empty (default: a new one under runs/)")
     _cluster_args(run)
-    run.add_argument("--backend", choices=CHOICES)
+    run.add_argument("--backend", choices=CHOICES,
+                     help="how trials run (default: the spec's run.backend, else auto: "
+                          "cuda on a GPU, else Triton's CPU interpreter)")
     run.add_argument("--force", action="store_true",
                      help="tune even when the best-config cache holds a complete run's best "
-                          "for this kernel, problem and device")
-    resume = sub.add_parser("resume", help="continue a stopped run in place")
-    resume.add_argument("dir", type=Path)
+                          "for this kernel, problem and device; with --out DIR holding a "
+                          "run, move that run aside and start anew")
+
+
+def _resume_args(resume: argparse.ArgumentParser) -> None:
+    resume.add_argument("dir", type=Path, metavar="DIR", help="the run directory")
     resume.add_argument("--retry", metavar="STATUS[,STATUS]",
                         help="run the configs recorded with these statuses again (e.g. "
                              "timeout), compiles limited by run.trial_timeout_s alone; "
                              "pruned: every config a search left out")
     _cluster_args(resume)
-    best = sub.add_parser("best", help="a run's best config, or the cached best for a spec's "
-                                       "kernel and problem: as JSON and a triton.Config line")
-    best.add_argument("target", type=Path, metavar="DIR|SPEC")
+
+
+def _best_args(best: argparse.ArgumentParser) -> None:
+    best.add_argument("target", type=Path, metavar="DIR|SPEC",
+                      help="a run directory, or a spec (its best from the best-config cache)")
     shown = best.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="only JSON (one document)")
     shown.add_argument("--python", type=Path, metavar="PATH",
                        help="write the run's bests as a self-contained Python module, a "
                             "dispatch table (config_for(problem)), at PATH (-: stdout); "
                             "only a module this command wrote is replaced")
-    report = sub.add_parser("report", help="summarise a run directory")
-    report.add_argument("dir", type=Path)
-    report.add_argument("--top", type=int, default=5, help="how many of the fastest to list")
+
+
+def _report_args(report: argparse.ArgumentParser) -> None:
+    report.add_argument("dir", type=Path, metavar="DIR", help="the run directory")
+    report.add_argument("--top", type=int, default=5, metavar="K",
+                        help="how many of the fastest to list (default: 5)")
     report.add_argument("--json", action="store_true",
                         help="the report as one JSON document, for scripts")
     report.add_argument("--html", type=Path, nargs="?", const=_DEFAULT, metavar="PATH",
-                        help="also write a self-contained HTML report (default: DIR/report.html)")
+                        help="also write a self-contained HTML report (default: "
+                             "DIR/report.html; needs triton-sweep[report])")
     report.add_argument("--plot", type=Path, metavar="DIR",
-                        help="also write the report's plots as PNG files into DIR")
-    from sweep.submit import add_arguments
-
-    add_arguments(sub.add_parser("submit", help="run a sweep on a Ray cluster as a Ray Job"))
-    return p
+                        help="also write the report's plots as PNG files into DIR (needs "
+                             "triton-sweep[report])")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=("auto", "local", "ray"),
-                   help="where workers run: local (processes of this machine, no Ray), ray, "
-                        "or auto (the default, and run.runtime's): Ray where --address, "
-                        "RAY_ADDRESS or a `ray start` head on this machine names a cluster, "
-                        "else local")
-    p.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else one "
-                                     "`ray start` began on this machine); `local` starts a "
-                                     "private Ray instance")
+                   help="where workers run: local (processes of this machine, no Ray), ray "
+                        "(needs triton-sweep[ray]), or auto (the default, and "
+                        "run.runtime's): Ray where --address, RAY_ADDRESS or a `ray start` "
+                        "head on this machine names a cluster, else local")
+    p.add_argument("--address", metavar="ADDR",
+                   help="Ray cluster to join (default: RAY_ADDRESS, else one `ray start` "
+                        "began on this machine); `local` starts a private Ray instance")
     p.add_argument("--max-trials", type=int, metavar="N",
-                   help="run at most N trials in this invocation, then stop resumably")
+                   help="run at most N trials in this invocation, then stop resumably "
+                        "(default: no limit)")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="stop resumably (as a signal would) once the command has run this "
-                        "long")
+                        "long (default: no limit)")
     p.add_argument("--trials-jsonl", type=Path, metavar="PATH",
                    help="append each finished trial to PATH as a JSON line, as it finishes")
     p.add_argument("--cache-partial", action="store_true",

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,12 +92,62 @@ def load_kernel(name: str, search_path: str = "") -> Kernel:
         sys.path.append(search_path)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise KernelError(f"cannot import {module_name!r}: {e}") from None
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name) and \
+                module_name[len(e.name):][:1] in ("", "."):  # the module itself is not there
+            raise KernelError(f"cannot import {module_name!r}: {e}") from None
+        raise KernelError(_import_failed(module_name, e)) from None
+    except Exception as e:  # the module's own code failed: its mistake, said in one line
+        raise KernelError(_import_failed(module_name, e)) from None
     kernel = getattr(module, attr, None)
     if not isinstance(kernel, Kernel):
-        raise KernelError(f"{module_name}:{attr} is not a sweep_kernels.Kernel record")
+        records = ", ".join(sorted(k for k, v in vars(module).items() if isinstance(v, Kernel)))
+        has = f"its Kernel records: {records}" if records else "it has no Kernel record"
+        if not hasattr(module, attr):
+            raise KernelError(f"module {module_name} has no attribute {attr!r} ({has})")
+        raise KernelError(f"{module_name}:{attr} is a {type(kernel).__name__}, not a "
+                          f"sweep_kernels.Kernel record ({has})")
     return kernel
+
+
+def _import_failed(module_name: str, e: BaseException) -> str:
+    """"importing M failed: FILE:LINE: Type: message", FILE:LINE where the error is: a
+    SyntaxError's own place, else the innermost frame of the user's code (importlib's
+    and this module's frames are no one's concern)."""
+    where = ""
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{_shown(e.filename)}:{e.lineno}: " if e.lineno else f"{_shown(e.filename)}: "
+        message = e.msg
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith("<") and f.filename != __file__
+                  and os.path.dirname(f.filename) != os.path.dirname(importlib.__file__)]
+        home = _package_home(module_name)  # an error deep in torch: the user's line into it
+        own = [f for f in frames if home and os.path.abspath(f.filename).startswith(home)]
+        if own or frames:
+            frame = (own or frames)[-1]
+            where = f"{_shown(frame.filename)}:{frame.lineno}: "
+        message = str(e)
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return f"importing {module_name} failed: {where}{type(e).__name__}" + \
+        (f": {first}" if first else "")
+
+
+def _package_home(module_name: str) -> str:
+    """The file, or the package's folder, of the module's top-level package ("" unknown)."""
+    origin = origin_of(module_name.partition(".")[0] + ":_")
+    if origin is None:
+        return ""
+    return os.path.dirname(origin) + os.sep if os.path.basename(origin) == "__init__.py" \
+        else origin
+
+
+def _shown(path: str) -> str:
+    """A path as the user would write it: relative to the current directory under it."""
+    try:
+        return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+    except ValueError:  # another drive
+        return path
 
 
 def _source_modules(name: str, kernel: Kernel) -> list[str]:

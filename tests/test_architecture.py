@@ -20,7 +20,7 @@ LAYERS = (
     ("sweep.engines",),
     ("sweep.run",),
     ("sweep.report",),
-    ("sweep.api", "sweep.cli", "sweep.command", "sweep.__main__", "sweep.submit",
+    ("sweep.api", "sweep.result", "sweep.cli", "sweep.command", "sweep.__main__", "sweep.submit",
      "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers"),
     ("benchmarks",),
 )

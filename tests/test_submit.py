@@ -377,7 +377,8 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
             "raise ImportError('No module named aiohttp', name='aiohttp')\n")
         env["PYTHONPATH"] = str(shadow.parent)
         expected = ("error: sweep submit needs Ray's job client, which ray[default] provides "
-                    "(aiohttp is missing): pip install -e '.[cluster]'")
+                    "(aiohttp is missing): pip install 'triton-sweep[cluster]' (from a clone: "
+                    "pip install -e '.[cluster]')")
     before = head.submission_ids()
     t0 = time.monotonic()
     proc = subprocess.run(

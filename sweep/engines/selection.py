@@ -4,6 +4,7 @@ engine until it is chosen: a run on the local one never imports Ray."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -14,6 +15,7 @@ from sweep.spec import RUNTIMES, SpecError
 # How long a head recorded on this machine may take to answer: it is this machine's own, so
 # one that does not answer at once is not up (its record outlived it).
 HEAD_PROBE_S = 0.5
+RAY_EXTRA = "'triton-sweep[ray]'"  # from a clone: pip install -e '.[ray]'
 
 
 def wanted(asked: str | None, spec_runtime: str, address: str | None,
@@ -32,10 +34,29 @@ def wanted(asked: str | None, spec_runtime: str, address: str | None,
                             "--address out")
         return "local"
     ray = sys.modules.get("ray") if callers_ray else None
-    if chosen == "ray" or address or os.environ.get("RAY_ADDRESS") or \
-            (ray is not None and ray.is_initialized()):
+    if ray is not None and ray.is_initialized():
         return "ray"
-    return "ray" if machine.ray_head_here(HEAD_PROBE_S) is not None else "local"
+    why = ("--runtime ray" if asked == "ray" else "run.runtime: ray" if chosen == "ray"
+           else f"--address {address}" if address
+           else f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}" if os.environ.get("RAY_ADDRESS")
+           else "--runtime auto found a Ray head on this machine (`ray start`); joining it"
+           if machine.ray_head_here(HEAD_PROBE_S) is not None else None)
+    if why is None:
+        return "local"
+    check_ray_installed(why)
+    return "ray"
+
+
+def check_ray_installed(why: str) -> None:
+    """Ray is an extra (one machine needs none of it): where it is wanted and missing, say
+    what to install, in one line, before anything starts. why: what asks for Ray."""
+    try:
+        there = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        there = False
+    if not there:
+        raise SpecError(f"{why}: needs Ray, which is not installed; pip install "
+                        f"{RAY_EXTRA}, or --runtime local to run on this machine without it")
 
 
 def choose(asked: str | None, spec_runtime: str, address: str | None,

@@ -23,9 +23,14 @@ def problem_labels(spec: Spec) -> list[str]:
     return [", ".join(f"{k}={p[k]}" for k in keys) for p in spec.problems]
 
 
+def _ran(tally: Tally) -> int:
+    """Trials that ran (a search's pruned configs never did)."""
+    return tally.done - tally.counts.get(PRUNED, 0)
+
+
 def _say_best(out: Console, tally: Tally, lead: str, partial: str) -> None:
     if tally.best is None:
-        say(out, f"{lead}none (no trial succeeded)")
+        say(out, f"{lead}none (no trial {'succeeded' if _ran(tally) else 'ran'})")
         return
     # On a cluster of several device types, the best of each (the fastest first).
     bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
@@ -51,17 +56,28 @@ def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str
 
 def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
                   elapsed_s: float, resume_options: str = "", most: int | None = None,
-                  problems: Sequence[str] = ()) -> None:
+                  problems: Sequence[str] = (), done_before: int = 0) -> None:
     """most: the trials a search runs at most (see how_many). problems: in a sweep over
-    problems, each one's label (`M=16`): a best line each."""
+    problems, each one's label (`M=16`): a best line each. done_before: the trials the
+    run held when this session began: the counts are the run's, the time this session's."""
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
-    done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0), most)
-    say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
+    pruned = tally.counts.get(PRUNED, 0)
+    done = how_many(tally.done, tally.total, pruned, most)
+    if done_before:
+        this = max(tally.done - done_before, 0)
+        done += f"{'' if pruned else ' done'} ({this} in this session, {elapsed_s:.1f} s)"
+    else:
+        done += f" in {elapsed_s:.1f} s"
+    say(out, f"sweep {name}: {state} — {done} ({counts})")
     partial = "" if state == "complete" else " (partial)"
     if not tally.problems:
         _say_best(out, tally, "  best: ", partial)
     for label, mine in zip(problems, tally.problems):
         _say_best(out, mine, f"  best for {label}: ", partial)
     say(out, f"  results: {path}/trials.parquet")
+    if _ran(tally):
+        quoted = shlex.quote(str(path))
+        say(out, f"  next: sweep report {quoted} (the fastest, the failures), "
+                 f"sweep best {quoted} (the best as a triton.Config)")
     if state != "complete":
         say(out, f"  resume with: {resume_command(path)}{resume_options}")

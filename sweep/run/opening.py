@@ -115,6 +115,21 @@ def _check_room_for_a_run(run: RunDir, replace_run: bool,
         raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
                         "cut short, or files of something else); choose another "
                         "--out, or remove them")
+    others = sorted(p.name for p in path.iterdir() if not _the_sweeps(run, p.name))
+    if others:  # the user's own files: a run written among them, a later --force takes them
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
+                                         else "")
+        raise SpecError(f"--out {path}: not a run directory and not empty (it holds "
+                        f"{shown}); choose a new or empty folder for the run")
+
+
+def _the_sweeps(run: RunDir, name: str) -> bool:
+    """A file a start cut short may leave (a log, an atomic write's temporary file)."""
+    own = {p.name for p in (run.meta, run.spec, run.journal, run.trials, run.attempts,
+                            run.best, run.snapshot, run.ray_log, run.workers_log)}
+    temporary = name.startswith(".") and name.endswith(".tmp") and \
+        name[1:].rpartition(".")[0].rpartition(".")[0] in own  # .NAME.XXXX.tmp
+    return name == LOCK_NAME or name in own or temporary
 
 
 def open_existing(path: Path, command: str,
@@ -164,9 +179,10 @@ def _reopen_locked(run: RunDir, lock: RunDirLock,
     # The name may come from the spec file's name, which is spec.yaml here.
     spec = replace(load_spec(run.spec, text=text), name=meta["name"])
     if spec.fingerprint != meta["fingerprint"]:
-        raise SpecError(f"{path}: the spec, kernel source or problem changed since this run "
-                        f"started (fingerprint {meta['fingerprint']}, now "
-                        f"{spec.fingerprint}); start a new run with sweep run")
+        raise SpecError(f"{path}: {_what_changed(run, meta['fingerprint'], spec)} since this "
+                        f"run started (fingerprint {meta['fingerprint']}, now "
+                        f"{spec.fingerprint}); `sweep run SPEC --out {path} --force` starts "
+                        "anew there (moving this run aside), or sweep run elsewhere")
     space = spec.expand()
     if len(space) != meta["total"]:
         raise SpecError(f"{path}: the space now expands to {len(space)} configs, "
@@ -182,6 +198,43 @@ def _reopen_locked(run: RunDir, lock: RunDirLock,
         except SnapshotError as e:
             say_line(f"warning: {e}; rebuilding the run from the journal")
     return Opened(spec, space, path, lock, meta, complete, earlier)
+
+
+# What each part of a spec's identity is, to the user: the spec file itself is unchanged
+# (its declared fingerprint matched), so a difference comes from the kernel's side.
+_PARTS = {"kernel_source": "the kernel's source", "problem": "the problem (with the kernel's "
+          "defaults)", "problems": "the problems (with the kernel's defaults)",
+          "fixed": "the fixed values (with the kernel's own)"}
+
+
+def _what_changed(run: RunDir, fingerprint: str, spec: Spec) -> str:
+    """Which of the kernel's source, the problem or the rest changed: the run's trial
+    table records the identity its fingerprint covers (when it is this run's)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from storage.readback import is_regular
+
+    unknown = "the spec, kernel source or problem changed"
+    try:
+        if not is_regular(run.trials):  # pyarrow would block on a FIFO
+            return unknown
+        info = pq.read_schema(run.trials).metadata or {}
+        if info.get(b"fingerprint") != fingerprint.encode():
+            return unknown
+        then = json.loads(info[b"spec"])
+    except Exception:  # missing, damaged or another run's table: say what it may be
+        return unknown
+    now = json.loads(json.dumps(spec.identity()))  # as the table holds it: lists, not tuples
+    beside = {"name", "run", "work"}  # the table's, beside the identity
+    changed = {_PARTS.get(key, "the spec") for key in (now.keys() | then.keys()) - beside
+               if now.get(key) != then.get(key)}
+    said = [part for part in (*_PARTS.values(), "the spec") if part in changed]
+    if not said:
+        return unknown
+    return (", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]) + \
+        (" have" if len(said) > 1 else " has") + " changed"
 
 
 def give_back(lock: RunDirLock, created: list[Path]) -> None:

@@ -397,7 +397,7 @@ class Session:
                          "(--force tunes again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       spec.search.most(self.space.sizes) if "pruned" not in self.retry
-                      else None, problem_labels(spec))
+                      else None, problem_labels(spec), drove.work.done_before)
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:
             # Each session counts its own: a resume with --max-trials 100 runs 100 more.

@@ -75,14 +75,17 @@ DEFAULT_RUNS = "sweep-runs"  # under the head's home
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", type=Path)
+    p.add_argument("spec", type=Path, metavar="SPEC",
+                   help="the spec, a file in (or under) the current directory, which is "
+                        "shipped to the cluster with the user's kernel modules")
     p.add_argument("--address",
                    help="the head's dashboard, http://HEAD:8265 (default: "
                         "RAY_API_SERVER_ADDRESS, else RAY_ADDRESS, else "
                         f"{DEFAULT_DASHBOARD})")
     p.add_argument("--out", help="run directory on the head node, absolute or ~/... "
                                  f"(default: ~/{DEFAULT_RUNS}/NAME-UTCSTAMP there)")
-    p.add_argument("--backend", choices=CHOICES)
+    p.add_argument("--backend", choices=CHOICES,
+                   help="how trials run (default: the spec's run.backend)")
     p.add_argument("--max-trials", type=int, metavar="N",
                    help="run at most N trials in this job, then stop resumably")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",

@@ -17,14 +17,18 @@ from sweep.submit.errors import SubmitError, one_line
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 PROBE_TIMEOUT_S = 4.0
-HOW_TO_INSTALL = "pip install -e '.[cluster]'"
+HOW_TO_INSTALL = "pip install 'triton-sweep[cluster]' (from a clone: pip install -e '.[cluster]')"
 
 
 def check_jobs_client() -> None:
-    """Whether ray[default]'s client libraries are there at all, before probing (which
-    takes seconds on an address that does not answer); jobs_client imports them."""
-    for name in ("aiohttp", "requests", "pydantic"):
-        if importlib.util.find_spec(name) is None:
+    """Whether Ray and ray[default]'s client libraries are there at all, before probing
+    (which takes seconds on an address that does not answer); jobs_client imports them."""
+    for name in ("ray", "aiohttp", "requests", "pydantic"):
+        try:
+            there = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a broken or half-removed installation
+            there = False
+        if not there:
             raise SubmitError(f"sweep submit needs Ray's job client, which ray[default] "
                               f"provides ({name} is missing): {HOW_TO_INSTALL}")
 
