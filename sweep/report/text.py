@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from storage.records import PRUNED
+from sweep.console import printable
 from sweep.numbers import ratio, significant
 from sweep.report.rates import rate_column, rates
 from sweep.results.summary import how_many
@@ -250,7 +251,9 @@ def versus(speedup: float) -> str:
 
 
 def columns(heads: list[str], rows: list[list[str]]) -> list[str]:
-    """A table as text, each column as wide as its widest cell (the last left ragged)."""
+    """A table as text, each column as wide as its widest cell (the last left ragged),
+    its cells as a terminal shows them (a problem's value escaped, see printable)."""
+    heads, rows = [printable(c) for c in heads], [[printable(c) for c in r] for r in rows]
     widths = [max(len(c) for c in column) for column in zip(heads, *rows)]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths)) + "  " + cells[-1]
             for cells in (heads, *rows)]

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from storage.records import PRUNED
-from sweep.console import say
+from sweep.console import say_line
 from sweep.numbers import significant
 from sweep.results.tally import Tally
 from sweep.spec import Spec
@@ -25,13 +25,13 @@ def problem_labels(spec: Spec) -> list[str]:
 
 def _say_best(out: Console, tally: Tally, lead: str, partial: str) -> None:
     if tally.best is None:
-        say(out, f"{lead}none (no trial succeeded)")
+        say_line(out, f"{lead}none (no trial succeeded)")
         return
     # On a cluster of several device types, the best of each (the fastest first).
     bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
         if len(tally.by_device) > 1 else [tally.best]
     for b in bests:
-        say(out, f"{lead}#{b.index} {json.dumps(b.config, sort_keys=True)} "
+        say_line(out, f"{lead}#{b.index} {json.dumps(b.config, sort_keys=True)} "
                  f"{significant(b.latency_ms)} ms on {b.device}{partial}")
 
 
@@ -56,12 +56,12 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
     problems, each one's label (`M=16`): a best line each."""
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
     done = how_many(tally.done, tally.total, tally.counts.get(PRUNED, 0), most)
-    say(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
+    say_line(out, f"sweep {name}: {state} — {done} in {elapsed_s:.1f} s ({counts})")
     partial = "" if state == "complete" else " (partial)"
     if not tally.problems:
         _say_best(out, tally, "  best: ", partial)
     for label, mine in zip(problems, tally.problems):
         _say_best(out, mine, f"  best for {label}: ", partial)
-    say(out, f"  results: {path}/trials.parquet")
+    say_line(out, f"  results: {path}/trials.parquet")
     if state != "complete":
-        say(out, f"  resume with: {resume_command(path)}{resume_options}")
+        say_line(out, f"  resume with: {resume_command(path)}{resume_options}")
