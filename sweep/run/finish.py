@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from actors.backends import traits
+from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from sweep.engines.runtime import RetimeAbandoned
 from sweep.results.summary import problem_labels
 from sweep.results.tally import LEADERS, Tally
@@ -196,8 +196,9 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
     type the records name, on a device of that type. Updates tally's bests. promoted:
     each device type's finalists, where halving's rungs chose them. On the interpreter
     none is re-timed (see the module's docstring): the finalists are listed, configs that
-    differ only in launch options as one program (its fastest one-pass config). full: a trial's config as workers take it, by index
-    (a problem's keys in it), where that is more than its record's; label: the problem."""
+    differ only in launch options as one program (its fastest one-pass config). full: a
+    trial's config as workers take it, by index (a problem's keys in it), where that is
+    more than its record's; label: the problem."""
     done = Finish()
     noise = interpreted_options(spec, backend)
     winners: dict[str, Best] = {}
