@@ -63,10 +63,11 @@ def test_the_text_report_names_each_problem_and_its_winner(shapes):
     assert not any(line.startswith("winner:") for line in lines)  # no one headline winner
     top = lines.index(next(line for line in lines if line.startswith("top 5 of each")))
     for bp in best["by_problem"]:
-        # The problems table: a row each, its winner re-timed among its finalists.
+        # The problems table: a row each, its winner the one pass's fastest (the
+        # interpreter's finalists are not re-timed).
         [row] = [line for line in lines[:top] if line.startswith(f"  {_label(bp)} ")]
         assert f"#{bp['index']} " in row
-        assert f" {significant(bp['latency_ms'])} [" in row  # re-timed side by side
+        assert f"  {significant(bp['latency_ms'])}  " in row
         assert row.endswith(json.dumps(bp["config"], sort_keys=True))
         assert f"{bp['configs']}/{bp['configs']}" in row  # every config worked
         # Its top: ★ on its own winner, first of its rows.
@@ -97,10 +98,13 @@ def test_the_json_report_has_each_problems_winner_and_ranking(shapes):
     assert [p["label"] for p in doc["problems"]] == [_label(bp) for bp in best["by_problem"]]
     for p, bp in zip(doc["problems"], best["by_problem"]):
         assert p["problem"] == bp["problem"]
+        # None re-timed under the interpreter: its winner is the one pass's fastest.
         assert (p["winner"], p["configs"], p["first_index"], p["finalists"]) == \
-            (bp["index"], bp["configs"], bp["first_index"], len(bp["finalists"]))
+            (bp["index"], bp["configs"], bp["first_index"], 0)
+        assert bp["finalists"] and all(f["retimed"] is False for f in bp["finalists"])
         assert p["chosen"]["config"] == bp["config"]
-        assert p["chosen"]["retimed_ms"] == pytest.approx(bp["latency_ms"])
+        assert p["chosen"]["retimed_ms"] is None
+        assert p["chosen"]["latency_ms"] == pytest.approx(bp["latency_ms"])
         assert p["chosen"]["device"] == bp["device"]
         # Its ranking holds its own trials only, ranked from 1, its winner first.
         mine = range(bp["first_index"], bp["first_index"] + bp["configs"])
@@ -156,7 +160,7 @@ def test_the_winners_are_read_from_the_snapshot_where_best_json_is_lost(shapes, 
     (copy / "best.json").unlink()
     doc = json.loads(sweep_in("report", copy, "--json").stdout)
     assert [(p["winner"], p["finalists"]) for p in doc["problems"]] == \
-        [(bp["index"], len(bp["finalists"])) for bp in best["by_problem"]]
+        [(bp["index"], 0) for bp in best["by_problem"]]  # none re-timed (the interpreter)
 
 
 def test_the_page_draws_each_problems_plots_in_chromium(shapes):
@@ -201,7 +205,7 @@ def test_the_page_draws_each_problems_plots_in_chromium(shapes):
                           (r["BLOCK_M"], r["BLOCK_N"]) == (m, n)) for m in (16, 32)]
                      for n in (16, 32)]
         # Latency sorts problem by problem, each winner first of its problem and starred.
-        browser.find_element(By.XPATH, "//table[@id='trials']//th[.='latency ms']").click()
+        browser.find_element(By.XPATH, "//table[@id='trials']//th[.='rank']").click()
         rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
         order = [int(r.get_attribute("data-index")) for r in rows]
         problems = best["by_problem"]

@@ -76,6 +76,9 @@ class Analysis:
     devices: list[str] = field(default_factory=list)
     problem_keys: list[str] = field(default_factory=list)  # the problem keys that vary
     problems: list[Problem] = field(default_factory=list)  # empty: a sweep of one problem
+    # The finalists were re-timed side by side; False where the one pass chose (the
+    # interpreter, whose timings say nothing of a GPU's).
+    retimed: bool = True
 
     def top(self, k: int) -> list[Ranked]:
         return self.ranked[:k]
@@ -181,7 +184,8 @@ def analyse(path: Path) -> Analysis:
         parameters=parameters, effects=effects, heatmaps=heatmaps, workers=workers,
         spans=spans, trials=_trials(rows, [*keys, *parameters], ranked, t0, problem_at),
         sessions=max(len(sessions), 1), fingerprint=fingerprint, spec=spec,
-        versions=versions, devices=devices, problem_keys=keys, problems=problems)
+        versions=versions, devices=devices, problem_keys=keys, problems=problems,
+        retimed=not pick.one_pass)
 
 
 def _read_table(path: Path) -> tuple[Any, list[dict[str, Any]], dict[str, str],
@@ -267,6 +271,7 @@ class _Pick:
     timeline: dict[str, float]  # the last session's phases (Snapshot.timeline)
     # A sweep over problems: what chose each one's winner, and its configs (by_problem).
     problems: list[tuple[Chose, int | None]] = field(default_factory=list)
+    one_pass: bool = False  # finalists not re-timed (the interpreter's): the one pass chose
 
     @property
     def chose(self) -> Chose:
@@ -289,24 +294,25 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
     if doc is not None and (snap is None or snap.state != "running"):
         try:
             return _Pick(
-                doc["index"], {int(f["index"]): _timing(f) for f in doc["finalists"]},
+                doc["index"], _retimed(doc["finalists"]),
                 {int(b["index"]) for b in (doc.get("by_device") or {}).values()}
                 | ({doc["index"]} if doc["index"] is not None else set()),
                 {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
                  for d, t in (doc.get("baseline") or {}).items()},
                 bool(doc["partial"]) or state != "complete", sessions, total, timeline,
-                [_chose(p) for p in doc.get("by_problem", [])])
+                [_chose(p) for p in doc.get("by_problem", [])],
+                _one_pass(doc["finalists"], *(p["finalists"] for p in doc.get("by_problem", []))))
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # parses, but not as this tool writes it: the snapshot's account stands
     if snap is None:
         return _Pick(None, {}, set(), {}, True, sessions, total, timeline)
     return _Pick(snap.best.index if snap.best else None,
-                 {int(f["index"]): _timing(f) for f in snap.finalists},
+                 _retimed(snap.finalists),
                  {b.index for b in snap.by_device.values()},
                  {d: {**_timing(t), "of": t.get("of", "baseline")}
                   for d, t in snap.baseline.items()},
                  snap.state != "complete" or state != "complete", sessions, total, timeline,
-                 _by_problem(snap.by_problem))
+                 _by_problem(snap.by_problem), _one_pass(snap.finalists))
 
 
 def _chose(doc: dict[str, Any]) -> tuple[Chose, int]:
@@ -314,7 +320,7 @@ def _chose(doc: dict[str, Any]) -> tuple[Chose, int]:
     and how many configs it has."""
     index = doc["index"]
     return Chose(
-        index, {int(f["index"]): _timing(f) for f in doc["finalists"]},
+        index, _retimed(doc["finalists"]),
         {int(b["index"]) for b in doc["by_device"].values()}
         | ({int(index)} if index is not None else set()),
         {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
@@ -326,6 +332,16 @@ def _by_problem(docs: list[dict[str, Any]]) -> list[tuple[Chose, int | None]]:
         return [_chose(p) for p in docs]
     except (KeyError, TypeError, ValueError, AttributeError):
         return []  # not as this tool writes it: each problem ranked by its one pass
+
+
+def _retimed(finalists: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """The finalists' re-timing by index: those re-timed (none on the interpreter)."""
+    return {int(f["index"]): _timing(f) for f in finalists if f.get("retimed") is not False}
+
+
+def _one_pass(*finalists: list[dict[str, Any]]) -> bool:
+    """Whether the finalists were listed but not re-timed (on the interpreter)."""
+    return any(f.get("retimed") is False for each in finalists for f in each)
 
 
 def _timing(doc: dict[str, Any]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from sweep import EXIT_OK
-from sweep.console import say
+from sweep.console import say, say_line
 from sweep.report.analysis import analyse
 from sweep.report.text import text_report
 from sweep.spec import SpecError
@@ -36,8 +36,8 @@ def report(path: Path, top: int, out: Console, *, as_json: bool = False,
     if as_json:
         say(out, json.dumps(analysis.summary(top), indent=2, default=str))
     else:
-        for line in text_report(analysis, top):
-            say(out, line)
+        for line in text_report(analysis, top):  # each a line, whatever a run's text holds
+            say_line(out, line)
     # With --json, where the files went goes to stderr: stdout stays one JSON document.
     tell = Console(stderr=True) if as_json else out
     for line in written:

@@ -28,10 +28,13 @@ from sweep.report.page_data import page_data, script_json
 from sweep.report.ranking import Ranked
 from sweep.report.rates import rate_column, rates
 from sweep.report.text import (
+    NOT_RETIMED,
     baseline_name,
     baseline_note,
     changes_text,
+    chosen_by,
     problem_trials,
+    ranked_by,
     speedup_text,
     versus,
     worker_use,
@@ -56,7 +59,7 @@ def write_html(analysis: Analysis, path: Path) -> None:
 
 def render(a: Analysis, plotly_js: str) -> str:
     parts = {"TITLE": html.escape(f"sweep report: {a.name}"), "SUMMARY": _summary(a),
-             "PROBLEMS": _problems(a), "PICK": _pick(a),
+             "PROBLEMS": _problems(a), "PICK": _pick(a), "HEATMAP": _heatmap_panel(a),
              "TOP": _problem_tops(a) if a.problems else _top(a), "FAILURES": _failures(a),
              "META": _metadata(a),
              "PLOTLY": plotly_js, "DATA": script_json(page_data(a))}
@@ -96,7 +99,7 @@ def _summary(a: Analysis) -> str:
                f"[{_ms(winner.retimed_p20_ms)}–{_ms(winner.retimed_p80_ms)}], one pass "
                f"{_ms(winner.latency_ms)} ms") if winner.retimed_ms is not None \
             else f"{_ms(winner.latency_ms)} ms [{_ms(winner.latency_p20_ms)}–" \
-                 f"{_ms(winner.latency_p80_ms)}]"
+                 f"{_ms(winner.latency_p80_ms)}]" + ("" if a.retimed else f" ({NOT_RETIMED})")
         rate = "".join(f" · {r}" for r in rates(winner))
         partial = " <b>(partial: not a complete run's settled pick)</b>" if a.partial else ""
         rows.append(("winner", f"#{winner.index} <code>{_e(_config(winner))}</code> "
@@ -122,21 +125,42 @@ def _top(a: Analysis, k: int = 10) -> str:
         return "<p>No trial succeeded.</p>"
     rate, values = rate_column(a, a.top(k))
     head = "".join(f"<th>{h}</th>" for h in (
-        "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
+        "rank", "index", *_RETIMED_HEADS[:2 * a.retimed], "one pass ms", "p20–p80",
         *([rate] if rate else []), "device", "config"))
     body = []
     for r, value in zip(a.top(k), values):
-        cells = [("★ " if r.winner else "") + str(r.rank), f"#{r.index}", _ms(r.retimed_ms),
-                 f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
-                 if r.retimed_ms is not None else "", _ms(r.latency_ms),
+        cells = [("★ " if r.winner else "") + str(r.rank), f"#{r.index}",
+                 *_retimed_cells(a, r), _ms(r.latency_ms),
                  f"{_ms(r.latency_p20_ms)}–{_ms(r.latency_p80_ms)}",
                  *([value] if rate else []), r.device, _config(r)]
         body.append(f'<tr class="{"winner" if r.winner else ""}">'
                     + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    return (f"<p>The {len(body)} fastest of {len(a.ranked)} that worked: finalists by their "
-            "side-by-side re-timing, which chose the winner (★), then the rest by the "
-            f"sweep's one pass.</p><table class='grid'><thead><tr>{head}</tr></thead>"
+    return (f"<p>The {len(body)} fastest of {len(a.ranked)} that worked, the winner (★) "
+            f"first: {_e(ranked_by(a))}.</p><table class='grid'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _heatmap_panel(a: Analysis) -> str:
+    """The heatmap's panel, where two parameters or more take several values (a heatmap
+    of one would be an empty chart)."""
+    if not a.heatmaps:
+        return ""
+    return ("<div class='plot'><div class='controls'><label>x <select id='heat-x'></select>"
+            "</label> <label>y <select id='heat-y'></select></label></div>"
+            "<div id='plot-heatmap'></div></div>")
+
+
+# A table's re-timing columns: none where nothing was re-timed (the interpreter's runs).
+_RETIMED_HEADS = ("re-timed ms", "p20–p80")
+
+
+def _retimed_cells(a: Analysis, r: Ranked | None) -> list[str]:
+    if not a.retimed:
+        return []
+    if r is None:
+        return ["—", ""]
+    return [_ms(r.retimed_ms), f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
+            if r.retimed_ms is not None else ""]
 
 
 def _failures(a: Analysis) -> str:
@@ -178,7 +202,8 @@ def _problems(a: Analysis) -> str:
         return ""
     torch = any(p.baseline for p in a.problems)
     head = "".join(f"<th>{h}</th>" for h in (
-        "problem", "worked", "winner", "re-timed ms", "p20–p80", "one pass ms", "finalists",
+        "problem", "worked", "winner", *_RETIMED_HEADS[:2 * a.retimed], "one pass ms",
+        *(["finalists"] if a.retimed else []),
         *(["torch ms", "vs torch"] if torch else []), "device", "config"))
     body, notes = [], {}
     for p in a.problems:
@@ -187,10 +212,8 @@ def _problems(a: Analysis) -> str:
         if b is not None and baseline_note(b):
             notes[baseline_note(b).strip()[1:-1]] = baseline_name(b)
         cells = [p.label, problem_trials(p), f"#{w.index}" if w else "—",
-                 _ms(w.retimed_ms) if w else "—",
-                 f"{_ms(w.retimed_p20_ms)}–{_ms(w.retimed_p80_ms)}"
-                 if w is not None and w.retimed_ms is not None else "",
-                 _ms(w.latency_ms) if w else "—", str(p.finalists),
+                 *_retimed_cells(a, w), _ms(w.latency_ms) if w else "—",
+                 *([str(p.finalists)] if a.retimed else []),
                  *([_ms(b.latency_ms) if b else "—", versus(b.speedup) if b else "—"]
                    if torch else []),
                  w.device if w else "—", _config(w) if w else
@@ -198,8 +221,8 @@ def _problems(a: Analysis) -> str:
         body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     said = "".join(f"<p class='note'>{_e(name)}: {_e(note)}</p>" for note, name in notes.items())
     return (f"<h2>Problems</h2><p>{len(a.problems)} problems, by "
-            f"{_e(', '.join(a.problem_keys))}: each one's winner chosen by its finalists' "
-            "side-by-side re-timing"
+            f"{_e(', '.join(a.problem_keys))}: each one's winner chosen by "
+            f"{_e(chosen_by(a))}"
             + (" <b>(partial: not a complete run's settled picks)</b>" if a.partial else "")
             + f".</p><table class='grid'><thead><tr>{head}</tr></thead><tbody>"
             f"{''.join(body)}</tbody></table>{said}<p>{_e(changes_text(a))}.</p>"
@@ -220,20 +243,17 @@ def _problem_tops(a: Analysis, k: int = 5) -> str:
     if not a.ranked:
         return "<p>No trial succeeded.</p>"
     head = "".join(f"<th>{h}</th>" for h in (
-        "problem", "rank", "index", "re-timed ms", "p20–p80", "one pass ms", "p20–p80",
-        "device", "config"))
+        "problem", "rank", "index", *_RETIMED_HEADS[:2 * a.retimed], "one pass ms",
+        "p20–p80", "device", "config"))
     body = []
     for p in a.problems:
         for n, r in enumerate(p.ranked[:k]):
             cells = [p.label if n == 0 else "", ("★ " if r.winner else "") + str(r.rank),
-                     f"#{r.index}", _ms(r.retimed_ms),
-                     f"{_ms(r.retimed_p20_ms)}–{_ms(r.retimed_p80_ms)}"
-                     if r.retimed_ms is not None else "", _ms(r.latency_ms),
+                     f"#{r.index}", *_retimed_cells(a, r), _ms(r.latency_ms),
                      f"{_ms(r.latency_p20_ms)}–{_ms(r.latency_p80_ms)}", r.device,
                      _config(r)]
             body.append(f'<tr class="{"winner" if r.winner else ""}">'
                         + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    return (f"<p>The {k} fastest of each problem, of those that worked: finalists by their "
-            "side-by-side re-timing, which chose its winner (★), then the rest by the "
-            f"sweep's one pass.</p><table class='grid'><thead><tr>{head}</tr></thead>"
+    return (f"<p>The {k} fastest of each problem, of those that worked, its winner (★) "
+            f"first: {_e(ranked_by(a))}.</p><table class='grid'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>")

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from storage.records import PRUNED
+from sweep.console import printable
 from sweep.numbers import ratio, significant
 from sweep.report.rates import rate_column, rates
 from sweep.results.summary import how_many
@@ -42,14 +43,32 @@ def text_report(a: Analysis, top: int) -> list[str]:
     return lines
 
 
+# Why a run on Triton's interpreter has no re-timed column (sweep/run/finish.py).
+NOT_RETIMED = "not re-timed under the interpreter, whose timings say nothing of a GPU's"
+
+
+def ranked_by(a: Analysis) -> str:
+    """What orders a run's ranking, as every view says it."""
+    if not a.retimed:
+        return f"by the sweep's one pass, {NOT_RETIMED}"
+    return "finalists by their side-by-side re-timing, then the rest by the sweep's one pass"
+
+
+def chosen_by(a: Analysis) -> str:
+    """What chose each problem's winner, as every view says it."""
+    return "its finalists' side-by-side re-timing" if a.retimed else \
+        f"the sweep's one pass, {NOT_RETIMED}"
+
+
 def _winner_lines(a: Analysis, top: int) -> list[str]:
     """A sweep of one problem's winner, torch's time beside it and its top `top`."""
     lines = []
     winner = a.chosen
     if winner is not None:
         partial = " (partial: not a complete run's settled pick)" if a.partial else ""
+        how = "" if a.retimed else f" ({NOT_RETIMED})"
         lines.append(f"winner: #{winner.index} {json.dumps(winner.config, sort_keys=True)} "
-                     f"{_latency(winner)}{_throughput(winner)}{partial}")
+                     f"{_latency(winner)}{_throughput(winner)}{how}{partial}")
     elif a.ranked and a.state == "complete":
         lines.append(f"winner: best.json and snapshot.json missing or damaged (sweep resume "
                      f"{a.path} rebuilds them)")
@@ -65,18 +84,26 @@ def _winner_lines(a: Analysis, top: int) -> list[str]:
     if a.ranked and top > 0:
         unit, rates = rate_column(a, a.top(top))
         lines.append(f"top {min(top, len(a.ranked))} of {len(a.ranked)} that worked "
-                     "(★ the winner; finalists by their side-by-side re-timing, then the "
-                     "rest by the sweep's one pass):")
-        lines.append(f"  {'rank':>6} {'index':>6}  {'re-timed ms [p20–p80]':<26} "
+                     f"(★ the winner; {ranked_by(a)}):")
+        retimed_head = f"{'re-timed ms [p20–p80]':<26} " if a.retimed else ""
+        lines.append(f"  {'rank':>6} {'index':>6}  {retimed_head}"
                      f"{'one pass ms [p20–p80]':<26} {unit:<8} config")
         for r, rate in zip(a.top(top), rates):
-            retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
-                if r.retimed_ms is not None else "—"
+            retimed = "".join(f"{c:<26} " for c in _retimed_cell(a, r))
             rank = f"{'★ ' if r.winner else ''}{r.rank}"
-            lines.append(f"  {rank:>6} {'#' + str(r.index):>6}  {retimed:<26} "
+            lines.append(f"  {rank:>6} {'#' + str(r.index):>6}  {retimed}"
                          f"{_spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms):<26} "
                          f"{rate:<8} {json.dumps(r.config, sort_keys=True)}")
     return lines
+
+
+def _retimed_cell(a: Analysis, r: Ranked | None) -> list[str]:
+    """A table's re-timed column: none where nothing was re-timed (the interpreter)."""
+    if not a.retimed:
+        return []
+    if r is None or r.retimed_ms is None:
+        return ["—"]
+    return [_spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms)]
 
 
 def _effect_lines(effects: list[Effect]) -> list[str]:
@@ -162,20 +189,20 @@ def problem_lines(a: Analysis, top: int) -> list[str]:
     no_rate = "; no throughput: the table's work per launch is the base problem's" \
         if a.spec.get("work") else ""
     lines = [f"problems ({len(a.problems)}, by {', '.join(a.problem_keys)}; each one's "
-             f"winner by its finalists' side-by-side re-timing{partial}{no_rate}):"]
+             f"winner by {chosen_by(a)}{partial}{no_rate}):"]
     torch = any(p.baseline for p in a.problems)
-    heads = ["problem", "worked", "winner", "re-timed ms [p20–p80]", "one pass ms",
-             "finalists", *(["torch ms", "vs torch"] if torch else []), "device", "config"]
+    heads = ["problem", "worked", "winner", *(["re-timed ms [p20–p80]"] if a.retimed else []),
+             "one pass ms", *(["finalists"] if a.retimed else []),
+             *(["torch ms", "vs torch"] if torch else []), "device", "config"]
     rows, notes = [], {}
     for p in a.problems:
         w = p.chosen
         b = next((b for b in p.baseline if w is not None and b.device == w.device), None)
         if b is not None:
             notes[baseline_note(b)] = baseline_name(b)
-        retimed = _spread(w.retimed_ms, w.retimed_p20_ms, w.retimed_p80_ms) \
-            if w is not None and w.retimed_ms is not None else "—"
-        rows.append([p.label, problem_trials(p), f"#{w.index}" if w else "—", retimed,
-                     significant(w.latency_ms) if w else "—", str(p.finalists),
+        rows.append([p.label, problem_trials(p), f"#{w.index}" if w else "—",
+                     *_retimed_cell(a, w), significant(w.latency_ms) if w else "—",
+                     *([str(p.finalists)] if a.retimed else []),
                      *([_ms(b.latency_ms) if b else "—", versus(b.speedup) if b else "—"]
                        if torch else []),
                      w.device if w else "—", json.dumps(w.config, sort_keys=True) if w else
@@ -195,15 +222,14 @@ def _problem_tops(a: Analysis, top: int) -> list[str]:
     rows = []
     for p in a.problems:
         for n, r in enumerate(p.ranked[:top]):
-            retimed = _spread(r.retimed_ms, r.retimed_p20_ms, r.retimed_p80_ms) \
-                if r.retimed_ms is not None else "—"
             rows.append([p.label if n == 0 else "", f"{'★ ' if r.winner else ''}{r.rank}",
-                         f"#{r.index}", retimed,
+                         f"#{r.index}", *_retimed_cell(a, r),
                          _spread(r.latency_ms, r.latency_p20_ms, r.latency_p80_ms),
                          json.dumps(r.config, sort_keys=True)])
-    return [f"top {top} of each problem, of those that worked (★ its winner; finalists by "
-            "their side-by-side re-timing, then the rest by the sweep's one pass):",
-            *columns(["problem", "rank", "index", "re-timed ms [p20–p80]",
+    return [f"top {top} of each problem, of those that worked (★ its winner; "
+            f"{ranked_by(a)}):",
+            *columns(["problem", "rank", "index",
+                      *(["re-timed ms [p20–p80]"] if a.retimed else []),
                       "one pass ms [p20–p80]", "config"], rows)]
 
 
@@ -250,7 +276,9 @@ def versus(speedup: float) -> str:
 
 
 def columns(heads: list[str], rows: list[list[str]]) -> list[str]:
-    """A table as text, each column as wide as its widest cell (the last left ragged)."""
+    """A table as text, each column as wide as its widest cell (the last left ragged),
+    its cells as a terminal shows them (a problem's value escaped, see printable)."""
+    heads, rows = [printable(c) for c in heads], [[printable(c) for c in r] for r in rows]
     widths = [max(len(c) for c in column) for column in zip(heads, *rows)]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths)) + "  " + cells[-1]
             for cells in (heads, *rows)]

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from storage.records import PRUNED
-from sweep.console import say
+from sweep.console import say_line
 from sweep.numbers import significant
 from sweep.results.tally import Tally
 from sweep.spec import Spec
@@ -30,13 +30,13 @@ def _ran(tally: Tally) -> int:
 
 def _say_best(out: Console, tally: Tally, lead: str, partial: str) -> None:
     if tally.best is None:
-        say(out, f"{lead}none (no trial {'succeeded' if _ran(tally) else 'ran'})")
+        say_line(out, f"{lead}none (no trial {'succeeded' if _ran(tally) else 'ran'})")
         return
     # On a cluster of several device types, the best of each (the fastest first).
     bests = sorted(tally.by_device.values(), key=lambda b: (b.latency_ms, b.index)) \
         if len(tally.by_device) > 1 else [tally.best]
     for b in bests:
-        say(out, f"{lead}#{b.index} {json.dumps(b.config, sort_keys=True)} "
+        say_line(out, f"{lead}#{b.index} {json.dumps(b.config, sort_keys=True)} "
                  f"{significant(b.latency_ms)} ms on {b.device}{partial}")
 
 
@@ -68,16 +68,16 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
         done += f"{'' if pruned else ' done'} ({this} in this session, {elapsed_s:.1f} s)"
     else:
         done += f" in {elapsed_s:.1f} s"
-    say(out, f"sweep {name}: {state} — {done} ({counts})")
+    say_line(out, f"sweep {name}: {state} — {done} ({counts})")
     partial = "" if state == "complete" else " (partial)"
     if not tally.problems:
         _say_best(out, tally, "  best: ", partial)
     for label, mine in zip(problems, tally.problems):
         _say_best(out, mine, f"  best for {label}: ", partial)
-    say(out, f"  results: {path}/trials.parquet")
+    say_line(out, f"  results: {path}/trials.parquet")
     if _ran(tally):
         quoted = shlex.quote(str(path))
-        say(out, f"  next: sweep report {quoted} (the fastest, the failures), "
+        say_line(out, f"  next: sweep report {quoted} (the fastest, the failures), "
                  f"sweep best {quoted} (the best as a triton.Config)")
     if state != "complete":
-        say(out, f"  resume with: {resume_command(path)}{resume_options}")
+        say_line(out, f"  resume with: {resume_command(path)}{resume_options}")

@@ -3,7 +3,10 @@ halving's rungs, and the finalists re-timed side by side, which decide the best.
 
 One pass picks winners by noise as much as by speed, so the fastest few are timed again
 together on each device type before a best is final; a stop that cuts this short leaves
-the run `unsettled`, whose best the cache does not take.
+the run `unsettled`, whose best the cache does not take. Not on Triton's interpreter:
+its timings say how fast Python interprets a kernel, not how fast a GPU runs it, so
+re-timing (half a quickstart's wall time there) would settle a pick that means nothing;
+the one pass's fastest is the best, its finalists listed with `retimed: false`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from actors.backends import traits
 from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from sweep.engines.runtime import RetimeAbandoned
 from sweep.results.summary import problem_labels
@@ -59,11 +63,11 @@ def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: 
     if ending != "complete":
         return Finish()
     if should_stop():  # stopped as the last trial or a rung ended
-        return _cut_short(spec, tally)
+        return _cut_short(spec, tally, backend)
     promoted = halve(run, spec, space, driver, progress, should_stop) \
         if spec.search.strategy == "halving" else None
     if should_stop():
-        return _cut_short(spec, tally)
+        return _cut_short(spec, tally, backend)
     if tally.problems:
         done = _retime_each_problem(spec, space, driver, tally, progress, should_stop,
                                     backend, promoted)
@@ -84,7 +88,7 @@ def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
     labels = problem_labels(spec)
     for p, mine in enumerate(tally.problems):
         if should_stop():
-            each.append(_cut_short(spec, mine))
+            each.append(_cut_short(spec, mine, backend))
             continue
         done = retime_finalists(spec, driver, mine, progress, should_stop, backend,
                                 promoted[p] if promoted else None, full=space.config,
@@ -96,11 +100,12 @@ def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
     return Finish(first.finalists, first.baseline, any(d.unsettled for d in each), each)
 
 
-def _cut_short(spec: Spec, tally: Tally) -> Finish:
+def _cut_short(spec: Spec, tally: Tally, backend: str) -> Finish:
     """A stop before the finalists were re-timed: unsettled wherever there were two or
-    more to re-time (in any problem)."""
-    return Finish(unsettled=any(len(t.leaders(spec.run.finalists, d)) >= 2
-                                for t in (tally.problems or [tally]) for d in t.devices))
+    more to re-time (in any problem); never on the interpreter, which re-times none."""
+    return Finish(unsettled=not traits(backend).interpreted and any(
+        len(t.leaders(spec.run.finalists, d)) >= 2
+        for t in (tally.problems or [tally]) for d in t.devices))
 
 
 def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
@@ -189,10 +194,11 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
                      label: str = "") -> Finish:
     """Re-time the fastest few side by side and let that decide the best: on each device
     type the records name, on a device of that type. Updates tally's bests. promoted:
-    each device type's finalists, where halving's rungs chose them. On the interpreter,
-    configs that differ only in launch options are one program: each is re-timed once,
-    as its fastest one-pass config. full: a trial's config as workers take it, by index
-    (a problem's keys in it), where that is more than its record's; label: the problem."""
+    each device type's finalists, where halving's rungs chose them. On the interpreter
+    none is re-timed (see the module's docstring): the finalists are listed, configs that
+    differ only in launch options as one program (its fastest one-pass config). full: a
+    trial's config as workers take it, by index (a problem's keys in it), where that is
+    more than its record's; label: the problem."""
     done = Finish()
     noise = interpreted_options(spec, backend)
     winners: dict[str, Best] = {}
@@ -202,6 +208,10 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
         if noise:
             leaders = _distinct_programs(leaders, noise)[:spec.run.finalists]
         if len(leaders) < 2:
+            continue
+        if traits(backend).interpreted:
+            done.finalists += [_one_pass(b, device) for b in leaders]
+            winners[device] = leaders[0]  # the one pass's fastest (or halving's pick)
             continue
         on = label + (f" on {device}" if len(tally.devices) > 1 else "")
         progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
@@ -228,6 +238,12 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
     if winners:
         tally.set_best(winners)
     return done
+
+
+def _one_pass(b: Best, device: str) -> dict[str, Any]:
+    """A finalist that was not re-timed (on the interpreter): its one pass's time."""
+    return {"index": b.index, "config": b.config, "device": device,
+            "sweep_latency_ms": b.latency_ms, "latency_ms": b.latency_ms, "retimed": False}
 
 
 def _distinct_programs(leaders: list[Best], options: list[str]) -> list[Best]:

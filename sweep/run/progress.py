@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.text import Text
 
 from storage.records import TrialRecord
+from sweep.console import printable
 from sweep.results.tally import Tally
 
 RATE_WINDOW_S = 60.0
@@ -99,5 +100,5 @@ class ProgressReporter:
 
     def _line(self, text: str, style: str = "") -> None:
         # Whole lines (a log is grepped, not read at 80 columns), and no markup: an error
-        # text may hold brackets.
-        self.console.print(Text(text, style=style), highlight=False, soft_wrap=True)
+        # text may hold brackets; a kernel's error or a problem's value, a terminal's escapes.
+        self.console.print(Text(printable(text), style=style), highlight=False, soft_wrap=True)
