@@ -195,17 +195,16 @@ def _merged_problem(run: RunDir, fingerprint: str,
     """A run of one problem: that problem with the kernel's defaults merged in, as the
     trial table's metadata records it (best.json holds it only for a run over problems)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from storage.readback import is_regular, scalar
+    from storage.readback import scalar
+    from storage.table import read_parquet
     from sweep.spec import SpecError
 
     problem: Any = None
     try:
-        if is_regular(run.trials):  # pyarrow would block on a FIFO
-            info = pq.read_schema(run.trials).metadata or {}
-            if info.get(b"fingerprint") == fingerprint.encode():
-                problem = json.loads(info[b"spec"])["problem"]
+        info = read_parquet(run.trials, columns=[]).schema.metadata or {}
+        if info.get(b"fingerprint") == fingerprint.encode():
+            problem = json.loads(info[b"spec"])["problem"]
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         problem = None
     if not isinstance(problem, dict) or not all(
