@@ -92,8 +92,11 @@ def is_regular(path: Path | str) -> bool:
 
 def finite(value: Any, *, low: float = -math.inf, high: float = math.inf) -> bool:
     """A real number (not a bool) within [low, high]."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value) and low <= value <= high
+    try:  # an integer past a float's range cannot say whether it is finite: it is not
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value) and low <= value <= high
+    except OverflowError:
+        return False
 
 
 def scalar(value: Any) -> bool:
