@@ -125,3 +125,33 @@ def test_a_size_far_below_the_tuned_one_is_answered_from_it():
     found = tuned_entry("softmax", {**ASKED, "cols": 1e-320}, "cpu-interpreter")
     assert found is not None and dict(found.config) == {"BLOCK_N": 64}
     assert 1080 < found.distance < 1085  # log2(2**20) + 1063.1
+
+
+def test_the_dispatch_modules_lookup_is_a_dict_for_a_tuned_problem_and_remembered_else(
+        tmp_path):
+    import importlib.util
+
+    from sweep.dispatch import Table, Tuned, module_text
+
+    table = Table(kernel="k", name="n", run_dir="/r", fingerprint="f", started_at=0.0,
+                  partial=False, defaults={"dtype": "float16"}, launch_options=("num_warps",),
+                  problems=[Tuned({"M": m, "dtype": "float16"}, {"BLOCK": m % 7 + 1}, "GPU",
+                                  1.0, i) for i, m in enumerate(range(16, 16 + 2000))])
+    path = tmp_path / "k.py"
+    path.write_text(module_text(table))
+    spec = importlib.util.spec_from_file_location("dispatch_index", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compared = []
+    real = module._alike
+    module._alike = lambda a, b: compared.append(b) or real(a, b)
+    assert module.config_for({"M": 1000}) == {"BLOCK": 1000 % 7 + 1}
+    assert module.config_for({"M": 1000.0, "dtype": "float16"}) == {"BLOCK": 1000 % 7 + 1}
+    assert compared == []  # no row compared: a dict's lookup
+    assert module.config_for({"M": 4096}) == {"BLOCK": 2015 % 7 + 1}  # the largest tuned
+    assert len(compared) == 2000  # an untuned size compares each row once
+    assert module.config_for({"M": 4096}) == {"BLOCK": 2015 % 7 + 1}
+    assert len(compared) == 2000  # and then is remembered
+    assert module.config_for({"M": 1e-320}) == {"BLOCK": 16 % 7 + 1}  # the smallest
+    assert module.config_for({"M": [16]}) is None  # no tuned problem is alike
