@@ -392,9 +392,10 @@ class Session:
             self.io.note(f"the time budget of {request.time_budget_s:g} s is spent; the run "
                          "stops resumably")
         if state == "complete" and unsettled:
-            self.io.note("stopped before the fastest configs were re-timed side by side: the "
-                         "best is one pass's, so the best-config cache does not take it "
-                         "(--force tunes again)")
+            self.io.note(f"{'stopped' if stop.requested else 'cut short (see above)'} before "
+                         "the fastest configs were re-timed side by side: the best is one "
+                         "pass's, so the best-config cache does not take it (--force tunes "
+                         "again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       spec.search.most(self.space.sizes) if "pruned" not in self.retry
                       else None, problem_labels(spec))
