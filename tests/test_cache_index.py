@@ -155,3 +155,15 @@ def test_the_dispatch_modules_lookup_is_a_dict_for_a_tuned_problem_and_remembere
     assert len(compared) == 2000  # and then is remembered
     assert module.config_for({"M": 1e-320}) == {"BLOCK": 16 % 7 + 1}  # the smallest
     assert module.config_for({"M": [16]}) is None  # no tuned problem is alike
+
+
+def test_sweep_best_names_an_entrys_file_where_it_is():
+    from sweep.best import _where
+
+    flat = entry(64)
+    root = cache_dir()
+    root.mkdir(parents=True)
+    (root / f"{flat.key}.json").write_text(json.dumps(asdict(flat)))
+    assert _where(flat) == root / f"{flat.key}.json"
+    store(entry(7, kernel="other"))  # moves it
+    assert _where(flat) == flat.path() and flat.path().is_file()
