@@ -15,7 +15,7 @@ from pathlib import Path
 def replace_atomically(path: Path, write: Callable[[str], object]) -> None:
     """Call write(temp_path) to fill a temp file (its result is ignored), then move it over
     path durably."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)
@@ -33,6 +33,23 @@ def replace_atomically(path: Path, write: Callable[[str], object]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+# What mkstemp adds to a prefix: 8 random characters and the suffix.
+_TEMP_TAIL = len("XXXXXXXX.tmp")
+
+
+def _temp_prefix(path: Path) -> str:
+    """`.NAME.`, with NAME cut (on a character's boundary) so that the temp file's name
+    fits the folder's limit on a name (NAME_MAX, 255 bytes on most filesystems) even where
+    the file's own name nearly fills it."""
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = max(limit - _TEMP_TAIL - 2, 1)
+    name = path.name.encode(errors="surrogateescape")[:room].decode(errors="ignore")
+    return f".{name}."
 
 
 def write_bytes_atomically(path: Path, data: bytes) -> None:

@@ -6,6 +6,15 @@ source, the problem, the backend, the device's name and the torch and Triton ver
 It keeps the best any run found (not the last run's), with where and when it was found.
 An interrupted sweep's best is a guess: it is written here only when the user asks
 (`--cache-partial`), marked `partial`, and never replaces a complete run's.
+
+Laid out as an index, so that a lookup reads only what could answer it, however many
+entries other kernels have: `<root>/<kernel>/<group>/<key>.json`, where the kernel's
+folder is its name made safe plus a hash of it, and a group is every entry of one kernel
+source, backend, device, library versions and fixed arguments (they differ only in the
+problem: what a nearest-size lookup compares). Each entry is still one file replaced by
+an atomic rename, so concurrent writers need no index of their own to keep consistent.
+Entries an earlier version wrote flat in `<root>` are read as well, and moved into their
+folders by the next write to the cache.
 """
 
 from __future__ import annotations
@@ -16,8 +25,9 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -81,6 +91,11 @@ class CacheEntry:
         return entry_key(self.kernel, self.kernel_source, self.problem, self.backend,
                          self.device, self.versions, self.fixed)
 
+    def path(self, root: Path | None = None) -> Path:
+        """Where this entry's file is in the cache's layout (see the module's docstring)."""
+        return group_dir(self.kernel, self.kernel_source, self.backend, self.device,
+                         self.versions, self.fixed, root) / f"{self.key}.json"
+
     def better_than(self, other: CacheEntry) -> bool:
         """A complete run's best beats a partial one's whatever the latency: a stop may
         come before the fastest region of the space was reached."""
@@ -106,7 +121,9 @@ def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
         x, y = a.get(key), b.get(key)
         if x == y:
             continue
-        d += abs(math.log2(x / y)) if _size(x) and _size(y) else UNLIKE  # type: ignore[operator]
+        # A difference of logs, not the log of a ratio: a ratio of sizes far apart (1e-320
+        # and 64) underflows to 0 or overflows.
+        d += abs(math.log2(x) - math.log2(y)) if _size(x) and _size(y) else UNLIKE  # type: ignore[arg-type]
     return d
 
 
@@ -125,6 +142,45 @@ def entry_key(kernel: str, kernel_source: str, problem: Mapping[str, Any], backe
     if fixed:
         what["fixed"] = dict(fixed)
     return hashlib.sha256(canonical_json(what).encode()).hexdigest()[:24]
+
+
+def _kernel_folder(kernel: str) -> str:
+    """A kernel's folder: its name made safe for a file name (readable, not unique) and a
+    hash of it (unique)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)[:48].lstrip(".")
+    return f"{readable}-{hashlib.sha256(kernel.encode(errors='surrogatepass')).hexdigest()[:12]}"
+
+
+def group_dir(kernel: str, kernel_source: str, backend: str, device: str,
+              versions: Mapping[str, str], fixed: Mapping[str, Any] | None = None,
+              root: Path | None = None) -> Path:
+    """The folder of every entry that differs from one another only in its problem."""
+    what = {"kernel": kernel, "source": kernel_source, "backend": backend, "device": device,
+            "versions": dict(versions), "fixed": dict(fixed or {})}
+    group = hashlib.sha256(canonical_json(what).encode()).hexdigest()[:24]
+    return (root or cache_dir()) / _kernel_folder(kernel) / group
+
+
+def _entries(paths: Iterable[Path]) -> list[CacheEntry]:
+    return [e for e in map(read, sorted(paths)) if e is not None]
+
+
+def _flat(root: Path, kernel: str) -> list[CacheEntry]:
+    """The kernel's entries an earlier version wrote flat in root (none once the cache has
+    been written to since): listing root costs little, it holds a folder per kernel."""
+    return [e for e in _entries(root.glob("*.json")) if e.kernel == kernel]
+
+
+def of_group(kernel: str, kernel_source: str, backend: str, device: str,
+             versions: Mapping[str, str], fixed: Mapping[str, Any] | None = None,
+             root: Path | None = None) -> list[CacheEntry]:
+    """Every entry of one group (see group_dir), of every problem: all that a nearest-size
+    lookup compares, read without reading any other."""
+    root = root or cache_dir()
+    here = group_dir(kernel, kernel_source, backend, device, versions, fixed, root)
+    want = (kernel_source, backend, device, dict(versions), dict(fixed or {}))
+    return [e for e in _entries(here.glob("*.json")) + _flat(root, kernel)
+            if (e.kernel_source, e.backend, e.device, dict(e.versions), dict(e.fixed)) == want]
 
 
 def read(path: Path) -> CacheEntry | None:
@@ -194,9 +250,10 @@ def store(entry: CacheEntry, root: Path | None = None,
     complete sweeps of both (a partial entry's are not counted). Returns the entry the
     cache keeps and its file. Runs that finish together are serialised by a lock."""
     root = root or cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{entry.key}.json"
+    path = entry.path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(root):
+        _move_flat_entries(root)
         held = read(path) if path.exists() else None
         # One that cannot answer entry's sweep is dropped, the sweeps it answered with it:
         # they would be answered with entry's best, found in another space.
@@ -217,6 +274,23 @@ def store(entry: CacheEntry, root: Path | None = None,
         return kept, path
 
 
+def _move_flat_entries(root: Path) -> None:
+    """Move the entries an earlier version wrote flat in root into their folders (under
+    the cache's lock), keeping the better where both are there. Anything else there (a
+    damaged file, a FIFO) is left where it is, as every reader leaves it."""
+    for flat in sorted(root.glob("*.json")):
+        entry = read(flat)
+        if entry is None:
+            continue
+        path = entry.path(root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        held = read(path)
+        if held is None or entry.better_than(held):
+            os.replace(flat, path)
+        else:
+            flat.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     """Read, compare and replace as one step among processes (a blocking flock)."""
@@ -231,9 +305,7 @@ def _locked(root: Path) -> Iterator[None]:
 def declared_somewhere(kernel: str, declared: str, root: Path | None = None) -> bool:
     """Whether a complete sweep with this declared fingerprint is on record for the
     kernel: worth importing the kernel for, to look its entries up."""
-    root = root or cache_dir()
-    return any(e is not None and e.kernel == kernel and declared in e.declared
-               for e in map(read, sorted(root.glob("*.json")) if root.is_dir() else []))
+    return any(declared in e.declared for e in of_kernel(kernel, root))
 
 
 def answered_by_files(kernel: str, declared: str, backend: str, origin: str,
@@ -254,12 +326,8 @@ def answered_by_files(kernel: str, declared: str, backend: str, origin: str,
 def of_kernel(kernel: str, root: Path | None = None) -> list[CacheEntry]:
     """Every cached best for this kernel, of any problem, backend, device and versions."""
     root = root or cache_dir()
-    found = []
-    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
-        entry = read(path)
-        if entry is not None and entry.kernel == kernel:
-            found.append(entry)
-    return found
+    return [e for e in _entries((root / _kernel_folder(kernel)).glob("*/*.json"))
+            + _flat(root, kernel) if e.kernel == kernel]
 
 
 def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],

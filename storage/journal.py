@@ -107,8 +107,19 @@ def _json_object(line: bytes) -> dict[str, Any]:
         raise _Bad("not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise _Bad(f"not JSON ({e.msg} at column {e.colno})") from None
+    except ValueError as e:  # an integer of thousands of digits
+        raise _Bad(f"not a JSON value this file holds ({e})") from None
+    except RecursionError:
+        raise _Bad("nested too deeply to be a record") from None
     if not isinstance(value, dict):
         raise _Bad(f"not a JSON object but {_kind(value)}")
+    # json reads a lone surrogate (escaped, or its bytes) into a str that no file or
+    # table can hold again: refused here, not where the run is next written.
+    if not line.isascii() or b"\\u" in line:
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise _Bad("holds a lone surrogate, which is not text") from None
     return value
 
 
@@ -247,6 +258,10 @@ def _rules(table: pa.Table, check: RecordCheck) -> Iterator[Rule]:
     for c in RECORD_COLUMNS:
         if pa.types.is_floating(c.type):
             yield pc.fill_null(pc.is_finite(table[c.name]), True), _says_not_finite(c.name)
+    for c in RECORD_COLUMNS:  # a duration below zero would rank first
+        if c.name.endswith("_ms"):
+            yield (pc.fill_null(pc.greater_equal(table[c.name], 0), True),
+                   _says_negative(c.name))
     for name, (lo, hi) in TABLE_RANGES.items():
         column = table[name]
         fits = pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))
@@ -259,6 +274,10 @@ def _says_missing(name: str) -> Callable[[Row], str]:
 
 def _says_not_finite(name: str) -> Callable[[Row], str]:
     return lambda row: f"{name} {row[name]} is not finite"
+
+
+def _says_negative(name: str) -> Callable[[Row], str]:
+    return lambda row: f"{name} {row[name]} is negative"
 
 
 def _says_out_of_range(name: str, lo: float, hi: float) -> Callable[[Row], str]:

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Literal, get_args
 
-from storage.records import TrialRecord, canonical_json
+from storage.records import TrialRecord, canonical_json, valid_text
 
 RUN_FIELD = "run"  # the journal-only field: the fingerprint of the run that wrote the line
 _RUN = re.compile(r"[0-9a-f]{16}")
@@ -46,5 +46,5 @@ def encode_attempt(index: int, attempt: int, event: AttemptEvent, run: str,
     line: dict[str, object] = {"index": index, "attempt": attempt, "event": event,
                                RUN_FIELD: run}
     if why is not None:
-        line[WHY_FIELD] = why
+        line[WHY_FIELD] = valid_text(why)
     return (json.dumps(line, separators=(",", ":")) + "\n").encode()

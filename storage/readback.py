@@ -81,19 +81,13 @@ def read_json(path: Path | str, limit: int = STATE_LIMIT) -> Any:
         raise ReadBackError(path, f"not valid JSON ({e})") from None
 
 
-def is_regular(path: Path | str) -> bool:
-    """Whether path (followed through links) is a regular file: what to hand to a reader
-    that opens it blocking (pyarrow) only then."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
 def finite(value: Any, *, low: float = -math.inf, high: float = math.inf) -> bool:
     """A real number (not a bool) within [low, high]."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value) and low <= value <= high
+    try:  # an integer past a float's range cannot say whether it is finite: it is not
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value) and low <= value <= high
+    except OverflowError:
+        return False
 
 
 def scalar(value: Any) -> bool:

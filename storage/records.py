@@ -34,6 +34,19 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
+def valid_text(text: str) -> str:
+    """text as valid Unicode: a lone surrogate (what Python makes of bytes that are not
+    UTF-8, an undecodable file name in a kernel's exception) written as its escape,
+    `\\udcff`, which every file and terminal can hold."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
 def clip_error(text: str | None) -> str | None:
     if text is None:
         return None
@@ -89,6 +102,12 @@ class TrialRecord:
             raise ValueError(f"only an ok trial has a latency, not a {self.status} one")
         if self.attempt < 1:
             raise ValueError(f"attempt {self.attempt} is below 1")
+        # Text a worker or a kernel wrote is escaped here, where the record is made: the
+        # journal, the table and every JSON file then hold valid UTF-8.
+        for name in ("error", "device", "node", "worker"):
+            text = getattr(self, name)
+            if text is not None and not text.isascii():
+                object.__setattr__(self, name, valid_text(text))
         if self.error is not None and len(self.error) > MAX_ERROR_CHARS:
             object.__setattr__(self, "error", clip_error(self.error))
 

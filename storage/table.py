@@ -7,7 +7,8 @@ comes last), so the file on disk is always a complete table of durable trials.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
@@ -16,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.atomic import replace_atomically
-from storage.readback import ReadBackError, is_regular
+from storage.readback import open_regular
 from storage.schema import RECORD_COLUMNS, TABLE_TYPES
 
 ArrowColumn: TypeAlias = "pa.Array | pa.ChunkedArray"
@@ -69,12 +70,36 @@ def table_problem(schema: pa.Schema) -> str | None:
 def records_from_table(path: Path | str) -> tuple[pa.Table, dict[str, str]]:
     """The record columns of a written table, in the journal's form, and its metadata:
     reading them back is far faster than re-parsing the journal they came from."""
-    if not is_regular(path):  # pyarrow would block on a FIFO
-        raise ReadBackError(path, "not a regular file")
-    table = pq.read_table(path, columns=[c.name for c in RECORD_COLUMNS])
+    table = read_parquet(path, columns=[c.name for c in RECORD_COLUMNS])
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     return pa.table({c.name: _from_table(table.column(c.name), c.type)
                      for c in RECORD_COLUMNS}), meta
+
+
+def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Parquet file of a run (or one a spec names), read through the one descriptor
+    checked to be a regular file: pyarrow's own open of a path blocks on a FIFO swapped
+    in after a check, past SIGTERM and SIGINT. FileNotFoundError when it is gone;
+    ReadBackError for anything else standing there; pyarrow's errors for a damaged file."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        data = _arrow_owned(f)
+    return pq.read_table(pa.BufferReader(data), columns=list(columns) if columns else None)
+
+
+def _arrow_owned(f: object) -> pa.Buffer:
+    """The file's bytes in memory pyarrow owns: a scan over a Python file or bytes object
+    releases it on one of pyarrow's threads later, taking the GIL, and once the
+    interpreter is exiting that aborts the process."""
+    fd = f.fileno()  # type: ignore[attr-defined]
+    buffer = pa.allocate_buffer(os.fstat(fd).st_size)
+    view, filled = memoryview(buffer), 0
+    while filled < len(view):
+        got = f.readinto(view[filled:])  # type: ignore[attr-defined]
+        if not got:
+            break
+        filled += got
+    view.release()
+    return buffer.slice(0, filled)
 
 
 def write_table(path: Path, table: pa.Table) -> None:

@@ -114,7 +114,7 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
                 "run_dir_gone": e.run_gone,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.written_at)),
                 "versions": dict(e.versions), "fingerprint": e.fingerprint,
-                "file": str(cache_dir() / f"{e.key}.json")}
+                "file": str(_where(e))}
                for e in sorted(found, key=lambda e: (order.index(dict(e.problem)), e.backend,
                                                      e.device, e.latency_ms))]
     fixed = f" fixed {json.dumps(dict(spec.fixed_as_written))}" if spec.fixed_as_written \
@@ -123,6 +123,15 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
         json.dumps(dict(spec.problem))
     return entries, (f"no cached best for {spec.kernel} {problems}"
                      f"{fixed} in {cache_dir()}")
+
+
+def _where(entry: Any) -> Path:
+    """The entry's file: in its folder, or flat in the cache where an earlier version
+    wrote it and nothing has written to the cache since."""
+    from storage.cache import cache_dir
+
+    path = entry.path()
+    return path if path.exists() else cache_dir() / f"{entry.key}.json"
 
 
 def write_python(target: Path, dest: Path, out: Console) -> int:
@@ -195,17 +204,16 @@ def _merged_problem(run: RunDir, fingerprint: str,
     """A run of one problem: that problem with the kernel's defaults merged in, as the
     trial table's metadata records it (best.json holds it only for a run over problems)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from storage.readback import is_regular, scalar
+    from storage.readback import scalar
+    from storage.table import read_parquet
     from sweep.spec import SpecError
 
     problem: Any = None
     try:
-        if is_regular(run.trials):  # pyarrow would block on a FIFO
-            info = pq.read_schema(run.trials).metadata or {}
-            if info.get(b"fingerprint") == fingerprint.encode():
-                problem = json.loads(info[b"spec"])["problem"]
+        info = read_parquet(run.trials, columns=[]).schema.metadata or {}
+        if info.get(b"fingerprint") == fingerprint.encode():
+            problem = json.loads(info[b"spec"])["problem"]
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         problem = None
     if not isinstance(problem, dict) or not all(

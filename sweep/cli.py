@@ -11,6 +11,7 @@ caller (tests) runs, and it changes nothing of the process by being imported.
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import shlex
 import sys
@@ -265,3 +266,23 @@ def _main(args: argparse.Namespace, stop: StopController, io: Output, started: f
     except SweepFailed as e:
         io.note(f"error: {e}")
         return EXIT_FAILED
+    except OSError as e:
+        if e.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        io.note(f"error: {_too_many_files(e, args)}")
+        return EXIT_FAILED
+
+
+def _too_many_files(e: OSError, args: argparse.Namespace) -> str:
+    """The one line for a process, or a system, out of file descriptors: the cause and
+    what to do. The journal is written in whole groups and every other file atomically,
+    so nothing is left damaged; a run goes on with sweep resume."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    what = (f"this process may open {soft} files (`ulimit -n`); raise it, e.g. `ulimit -n "
+            "4096`,") if e.errno == errno.EMFILE else "the system's open files are used up;"
+    run = getattr(args, "out", None) or getattr(args, "dir", None)
+    then = f" then: sweep resume {shlex.quote(str(run))}" if args.command in ("run", "resume") \
+        and run is not None and (Path(run) / "run.json").exists() else " and run it again"
+    return f"too many open files: {what}{then}"

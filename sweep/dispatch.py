@@ -159,24 +159,58 @@ def config_for(problem: Mapping[str, Any], device: str | None = None
     their ratio (M = 16 is as near to 64 as 1024 to 4096), a tie going to the larger sizes.
     None where no tuned problem is alike (another dtype, say). device: a name of DEVICES,
     for that device type's best (None where it tuned nothing alike); by default each
-    problem's fastest. The rule is triton-sweep's tuned_config's."""
+    problem's fastest. The rule is triton-sweep's tuned_config's. A tuned problem is a
+    dict lookup; another's answer is found once and remembered."""
     asked = {**DEFAULTS, **problem}
-    if all(set(row["problem"]) != set(asked) for row in TABLE):
+    if frozenset(asked) not in _KEY_SETS:
         raise ValueError(f"config_for: expected the problem keys {', '.join(KEYS)} (those "
                          f"of DEFAULTS may be left out), got {', '.join(map(str, problem))}")
+    try:
+        key = (tuple(sorted(asked.items())), device)
+        hash(key)
+    except TypeError:  # a value no tuned problem holds (a list, a tensor): found each time
+        key = None
+    if key is not None and key in _ANSWERS:
+        config = _ANSWERS[key]
+    else:
+        config = _exact(asked, device) if key is not None else None
+        if config is None:
+            config = _nearest(asked, device)
+        if key is not None:
+            _ANSWERS[key] = config
+    return dict(config) if config is not None else None
+
+
+def _config(row: Mapping[str, Any], device: str | None) -> Any:
+    return row.get("by_device", {row["device"]: row["config"]}).get(device or row["device"])
+
+
+def _exact(asked: Mapping[str, Any], device: str | None) -> Any:
+    row = _ROWS.get(tuple(sorted(asked.items())))
+    return _config(row, device) if row is not None else None
+
+
+def _nearest(asked: Mapping[str, Any], device: str | None) -> Any:
     found = []
     for row in TABLE:
         tuned = row["problem"]
-        config = row.get("by_device", {row["device"]: row["config"]}).get(
-            device or row["device"])
+        config = _config(row, device)
         if config is not None and _alike(asked, tuned):
-            apart = sum(abs(math.log2(asked[k] / tuned[k])) for k in tuned
+            # A difference of logs: the ratio of sizes far apart underflows.
+            apart = sum(abs(math.log2(asked[k]) - math.log2(tuned[k])) for k in tuned
                         if asked[k] != tuned[k])
             larger = [-tuned[k] for k in sorted(tuned) if asked[k] != tuned[k]]
             found.append((apart, larger, config))
     if not found:
         return None
-    return dict(min(found, key=lambda f: (f[0], f[1]))[2])
+    return min(found, key=lambda f: (f[0], f[1]))[2]
+
+
+# The tuned problems by their items, the key sets they use, and each answer given so far
+# (by the problem asked and the device): a launch's lookup is a dict's, not a scan.
+_ROWS = {tuple(sorted(row["problem"].items())): row for row in TABLE}
+_KEY_SETS = {frozenset(row["problem"]) for row in TABLE}
+_ANSWERS: dict[Any, Any] = {}
 
 
 def triton_config(problem: Mapping[str, Any], device: str | None = None) -> Any:
@@ -192,7 +226,11 @@ def triton_config(problem: Mapping[str, Any], device: str | None = None) -> Any:
 
 
 def _size(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    try:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            0 < value < math.inf
+    except OverflowError:  # an integer past a float's range
+        return False
 
 
 def _alike(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

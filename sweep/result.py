@@ -4,7 +4,6 @@ best configs, and its trial table as pyarrow or pandas."""
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,19 +68,15 @@ class SweepResult:
 
     def table(self) -> pa.Table:
         """The trial table: one row per config, in index order."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from storage.readback import ReadBackError, open_regular
+        from storage.readback import ReadBackError
+        from storage.table import read_parquet
 
         if self.run_dir is None:
             raise FileNotFoundError("this result has no run directory")
         try:  # read through the descriptor checked: a FIFO there never blocks
-            with os.fdopen(open_regular(self.run_dir / "trials.parquet"), "rb") as f:
-                data = _arrow_owned(f)
+            return read_parquet(self.run_dir / "trials.parquet")
         except ReadBackError as e:
             raise SpecError(str(e)) from None
-        return pq.read_table(pa.BufferReader(data))
 
     def to_pandas(self) -> Any:
         """The trial table as a pandas DataFrame (pandas is not a dependency of the sweep:
@@ -94,20 +89,3 @@ class SweepResult:
                                       "pyarrow Table)", name="pandas") from None
         return self.table().to_pandas()
 
-
-def _arrow_owned(f: Any) -> pa.Buffer:
-    """The file's bytes in memory of pyarrow's own. A scan over a Python file (or bytes)
-    releases it on one of pyarrow's threads some time after read_table returns, and that
-    release takes the GIL: once the interpreter is exiting, that thread's exit aborts the
-    process (a script that reads the table last ended with SIGABRT about one run in two)."""
-    import pyarrow as pa
-
-    buffer = pa.allocate_buffer(os.fstat(f.fileno()).st_size)
-    view, filled = memoryview(buffer), 0
-    while filled < len(view):
-        got = f.readinto(view[filled:])
-        if not got:
-            break
-        filled += got
-    view.release()
-    return buffer.slice(0, filled)

@@ -18,6 +18,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, overload
 
 from storage.cache import (
@@ -25,11 +26,13 @@ from storage.cache import (
     cache_dir,
     distance,
     entry_key,
+    group_dir,
     library_versions,
-    of_kernel,
+    of_group,
     read,
     sizes_apart,
 )
+from storage.readback import scalar
 from sweep_kernels import load_kernel, source_digest
 
 # Keyword arguments of a Triton launch rather than of the kernel: triton.Config keeps them
@@ -85,6 +88,8 @@ def tuned_entry(kernel: str, problem: Mapping[str, Any], device: str | None = No
     """The cache entry behind tuned_config (its latency, provenance, the problem it was
     tuned for and how far that is from this one), if any. partial: whether an
     interrupted sweep's entry may answer."""
+    if not _answerable(problem, fixed or {}):
+        return None
     backend, name = _device(device)
     asked = (kernel, tuple(sorted(problem.items())), tuple(sorted((fixed or {}).items())),
              backend, name)
@@ -93,6 +98,17 @@ def tuned_entry(kernel: str, problem: Mapping[str, Any], device: str | None = No
         return _tuned(exact, 0.0)
     found = _nearest(*asked, partial) if nearest else None
     return found or (_tuned(exact, 0.0) if exact is not None else None)
+
+
+def _answerable(problem: Mapping[str, Any], fixed: Mapping[str, Any]) -> bool:
+    """Whether a cache entry could be keyed by these: names that are strings, values a
+    spec can hold (a tensor, a NaN or an integer past a float's range never are). Launch
+    code asking with others gets its default: it is never made to fail here."""
+    def value(v: Any) -> bool:
+        return scalar(v) or v is None or (isinstance(v, (list, tuple)) and all(map(value, v)))
+
+    return all(isinstance(k, str) and scalar(v) for k, v in problem.items()) and \
+        all(isinstance(k, str) and value(v) for k, v in fixed.items())
 
 
 def triton_config(config: Mapping[str, Any]) -> Any:
@@ -134,20 +150,26 @@ def _lookup(kernel: str, problem: tuple[tuple[str, Any], ...],
     """A complete run's entry is kept for the life of the process; anything else is
     looked up again next time (a sweep may have finished meanwhile), which costs a stat
     (and a read, for a partial entry)."""
-    key = (kernel, problem, fixed, backend, device, str(cache_dir()))
+    root = cache_dir()
+    key = (kernel, problem, fixed, backend, device, str(root))
     entry = _found.get(key)
     if entry is None:
-        entry = read(cache_dir() / f"{_key(*key[:5])}.json")
+        name = f"{_key(*key[:5])}.json"
+        # Where this version writes it, else where an earlier one did (flat in the root).
+        entry = read(_group(kernel, problem, fixed, backend, device, root) / name) or \
+            read(root / name)
         if entry is not None and not entry.partial:  # a partial one may be replaced
             _found[key] = entry
     return entry
 
 
 _found: dict[tuple[Any, ...], CacheEntry] = {}
-# The nearest answer to each miss (None: none), with the cache directory's modification
-# time it was found at: an entry written or replaced since (a rename into the directory)
-# changes it, so a launch pays one stat, not one scan of the cache.
-_near: dict[tuple[Any, ...], tuple[int, TunedEntry | None]] = {}
+# The nearest answer to each miss (None: none), with the modification times of the
+# folders that hold what could answer it (the cache's root, the kernel's folder, the
+# group's) when it was found: an entry written or replaced there since (a rename into the
+# folder) changes one, so a launch pays three stats, and a write to another kernel's or
+# group's entries none of them.
+_near: dict[tuple[Any, ...], tuple[tuple[int | None, ...], TunedEntry | None]] = {}
 
 
 def _nearest(kernel: str, problem: tuple[tuple[str, Any], ...],
@@ -155,9 +177,9 @@ def _nearest(kernel: str, problem: tuple[tuple[str, Any], ...],
              partial: bool) -> TunedEntry | None:
     """The nearest entry that differs from the problem only in sizes."""
     root = cache_dir()
-    try:
-        stamp = root.stat().st_mtime_ns
-    except OSError:  # no cache yet
+    group = _group(kernel, problem, fixed, backend, device, root)
+    stamp = tuple(_mtime(p) for p in (root, group.parent, group))
+    if stamp[0] is None:  # no cache yet
         return None
     key = (kernel, problem, fixed, backend, device, str(root), partial)
     known = _near.get(key)
@@ -172,11 +194,9 @@ def _scan(kernel: str, problem: tuple[tuple[str, Any], ...],
           fixed: tuple[tuple[str, Any], ...], backend: str, device: str,
           partial: bool) -> TunedEntry | None:
     source, merged = _identity(kernel, problem)
-    versions = library_versions()
-    near = [e for e in of_kernel(kernel) if e.kernel_source == source and
-            e.backend == backend and e.device == device and dict(e.versions) == versions
-            and dict(e.fixed) == dict(fixed) and (partial or not e.partial) and
-            sizes_apart(merged, e.problem)]
+    near = [e for e in of_group(kernel, source, backend, device, library_versions(),
+                                dict(fixed))
+            if (partial or not e.partial) and sizes_apart(merged, e.problem)]
     if not near:
         return None
     best = min(near, key=lambda e: (distance(merged, e.problem), e.partial,
@@ -202,6 +222,21 @@ def _identity(kernel: str, problem: tuple[tuple[str, Any], ...]
                          f"{', '.join(map(repr, unknown))} (expected one of "
                          f"{', '.join(record.problem_defaults)})")
     return source_digest(kernel, record), {**record.problem_defaults, **dict(problem)}
+
+
+def _mtime(path: os.PathLike[str]) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _group(kernel: str, problem: tuple[tuple[str, Any], ...],
+           fixed: tuple[tuple[str, Any], ...], backend: str, device: str, root: Path) -> Path:
+    """The folder of the entries that could answer (storage/cache.py's group_dir)."""
+    source, _ = _identity(kernel, problem)
+    return group_dir(kernel, source, backend, device, library_versions(), dict(fixed), root)
 
 
 @functools.lru_cache(maxsize=256)

@@ -196,8 +196,8 @@ def test_a_nearest_answer_costs_one_scan_until_the_cache_changes(monkeypatch):
 
     cached({"rows": 4, "cols": 64, "dtype": "float32"}, {"BLOCK_N": 32})
     scans = []
-    real = sweep.tuned.of_kernel
-    monkeypatch.setattr(sweep.tuned, "of_kernel", lambda k: scans.append(k) or real(k))
+    real = sweep.tuned.of_group
+    monkeypatch.setattr(sweep.tuned, "of_group", lambda *a: scans.append(a) or real(*a))
     asked = {"rows": 4, "cols": 512, "dtype": "float32"}
     for _ in range(3):  # launch after launch
         assert tuned_config("softmax", asked, device="cpu-interpreter") == {"BLOCK_N": 32}

@@ -277,6 +277,15 @@ LIES: dict[str, tuple[bytes, str]] = {
     "two records on a line": (with_() + with_(index=6), "not JSON .*Extra data"),
     "a record over two lines": (with_().replace(b',"status"', b',\n"status"'), "not JSON"),
     "not UTF-8": (with_raw("error", b'"\xff"'), "not UTF-8"),
+    "an index of 5,000 digits": (with_raw("index", b"9" * 5000), "not a JSON value"),
+    "200,000 nested brackets": (with_raw("error", b"[" * 200_000 + b"]" * 200_000),
+                                "nested too deeply"),
+    "an escaped lone surrogate": (with_(status="runtime_error", latency_ms=None,
+                                        error="\udcff"), "holds a lone surrogate"),
+    "a lone surrogate's bytes": (with_raw("error", b'"\xed\xb3\xbf"'),
+                                 "holds a lone surrogate|not UTF-8"),
+    "a negative latency": (with_(latency_ms=-1.0), "latency_ms -1.0 is negative"),
+    "a negative compile time": (with_(compile_ms=-5.0), "compile_ms -5.0 is negative"),
 }
 
 
@@ -389,6 +398,11 @@ def test_a_check_refuses_a_fingerprint_that_is_not_one():
     (encode_attempt(3, 1, "died", OTHER_RUN).rstrip(), "written by another run"),
     (b'{"index":3,"attempt":1,"event":"died"}', "lacks run"),
     (b"{oops", "not JSON"),
+    (b'{"index":%s,"attempt":1,"event":"died","run":"%s"}' % (b"9" * 5000, RUN.encode()),
+     "not a JSON value"),
+    (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+    (b'{"index":3,"attempt":1,"event":"died","run":"%s","why":"\\udcff"}' % RUN.encode(),
+     "holds a lone surrogate"),
 ])
 @pytest.mark.parametrize("last", [False, True])
 def test_a_bad_line_of_the_attempt_log_is_named(tmp_path, line, problem, last):

@@ -59,7 +59,7 @@ def cached_softmax(softmax_cache: Path) -> Path:
 
 
 def entry_file() -> Path:
-    (path,) = cache_dir().glob("*.json")
+    (path,) = cache_dir().rglob("*.json")
     return path
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.backends import BACKENDS
-from storage.readback import is_regular
+from storage.readback import ReadBackError
 from storage.records import PRUNED
 from sweep.report.ranking import (
     NOTHING_CHOSE,
@@ -142,8 +142,6 @@ def analyse(path: Path) -> Analysis:
     if not run.trials.exists():
         raise SpecError(f"{path}: no trials.parquet yet (a run writes it every few seconds; "
                         "resume a stopped one to build it)")
-    if not is_regular(run.trials):  # pyarrow would block on a FIFO
-        raise SpecError(f"{run.trials}: not a regular file")
     table, rows, meta, spec, versions, devices = _read_table(run.trials)
     fingerprint = meta.get("fingerprint", "")
     pick = _pick(run, fingerprint, meta.get("state", "?"))
@@ -193,13 +191,12 @@ def _read_table(path: Path) -> tuple[Any, list[dict[str, Any]], dict[str, str],
     """The trial table, its rows, its metadata, and the spec, versions and devices it
     records."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from storage.table import table_problem
+    from storage.table import read_parquet, table_problem
     from sweep.spec import SpecError
 
     try:
-        table = pq.read_table(path)
+        table = read_parquet(path)
         problem = table_problem(table.schema)
         if problem is not None:
             raise ValueError(f"not a trial table: {problem}")
@@ -212,6 +209,8 @@ def _read_table(path: Path) -> tuple[Any, list[dict[str, Any]], dict[str, str],
                 isinstance(devices, list)):
             raise ValueError("its metadata is not a run's")
         rows = table.to_pylist()
+    except ReadBackError as e:  # a FIFO or another special file: named as such
+        raise SpecError(str(e)) from None
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
         raise SpecError(f"{path}: unreadable ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200] if str(e) else ''}); "

@@ -221,7 +221,8 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
         except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
             progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                               f"{str(e)[:200]}")
-            done.unsettled = done.unsettled or should_stop()
+            # Cut short by a stop or by a lost worker alike, the best is one pass's.
+            done.unsettled = True
             continue
         done.finalists += [
             {"index": b.index, "config": b.config, "device": device,

@@ -22,13 +22,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from rich.console import Console
 
 from actors.backends import may_interpret, may_use_gpu
 from storage import cache
 from storage.lock import RunDirLock
 from storage.snapshot import write_snapshot
+from storage.table import read_parquet
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
 from sweep.console import Output, say
 from sweep.engines import machine
@@ -392,9 +392,10 @@ class Session:
             self.io.note(f"the time budget of {request.time_budget_s:g} s is spent; the run "
                          "stops resumably")
         if state == "complete" and unsettled:
-            self.io.note("stopped before the fastest configs were re-timed side by side: the "
-                         "best is one pass's, so the best-config cache does not take it "
-                         "(--force tunes again)")
+            self.io.note(f"{'stopped' if stop.requested else 'cut short (see above)'} before "
+                         "the fastest configs were re-timed side by side: the best is one "
+                         "pass's, so the best-config cache does not take it (--force tunes "
+                         "again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       spec.search.most(self.space.sizes) if "pruned" not in self.retry
                       else None, problem_labels(spec), drove.work.done_before)
@@ -405,7 +406,7 @@ class Session:
                            f"{tally.done - drove.work.done_before} of them; each session "
                            "counts its own")
         if state == "complete" and tally.best is None:
-            table = pq.read_table(run.trials, columns=["index", "status", "error"])
+            table = read_parquet(run.trials, columns=["index", "status", "error"])
             _print_errors(self.io.out, table)
             return EXIT_NONE_WORKED
         if drove.lost is not None:

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from storage import cache
-from storage.readback import is_regular, scalar
+from storage.readback import ReadBackError, scalar
+from storage.table import read_parquet
 from sweep.spec import Spec
 from sweep.spec.space import Space
 
@@ -49,10 +49,8 @@ def top_configs(entry: cache.CacheEntry, n: int) -> list[dict[str, Any]]:
     read as no table)."""
     configs = [dict(entry.config)]
     path = Path(entry.run_dir) / "trials.parquet"
-    if not is_regular(path):  # gone, or a FIFO pyarrow would block on
-        return configs
-    try:
-        table = pq.read_table(path, columns=["config", "status", "latency_ms", "device"])
+    try:  # gone, or anything but a regular file, is no table
+        table = read_parquet(path, columns=["config", "status", "latency_ms", "device"])
         if [table.schema.field(c).type for c in ("config", "status", "device")] != \
                 [pa.string()] * 3 or not pa.types.is_floating(table.schema.field(
                     "latency_ms").type):
@@ -62,7 +60,7 @@ def top_configs(entry: cache.CacheEntry, n: int) -> list[dict[str, Any]]:
         ok = table.filter(mask)
         ok = ok.take(pc.sort_indices(ok, sort_keys=[("latency_ms", "ascending")])[:n])
         texts = ok.column("config").to_pylist()
-    except (OSError, ValueError, pa.ArrowException):  # not a trial table
+    except (OSError, ReadBackError, ValueError, pa.ArrowException):  # not a trial table
         return configs
     for text in texts:
         try:

@@ -1,0 +1,169 @@
+"""The best-config cache is an index: a launch-time lookup reads only the entries that could
+answer it (its kernel's, of its source, device, versions and fixed arguments), however many
+other kernels have; entries an earlier version wrote flat are still read, and moved by the
+next write. Counted in files read, not seconds."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+import storage.cache
+from storage.cache import CacheEntry, cache_dir, library_versions, of_kernel, store
+from sweep.tuned import tuned_config, tuned_entry
+
+ASKED = {"rows": 4, "cols": 512, "dtype": "float32"}
+
+
+def softmax_source() -> str:
+    from sweep_kernels import load_kernel, source_digest
+
+    return source_digest("softmax", load_kernel("softmax"))
+
+
+def entry(cols: int, *, kernel: str = "softmax", block: int = 32) -> CacheEntry:
+    """An interpreter entry of kernel for this many columns, as a sweep of it leaves."""
+    return CacheEntry(kernel=kernel, kernel_source=softmax_source(),
+                      problem={"rows": 4, "cols": cols, "dtype": "float32"},
+                      backend="interpret", device="cpu-interpreter",
+                      config={"BLOCK_N": block}, latency_ms=1.0, fingerprint="f",
+                      run_dir="/runs/x", partial=False, written_at=time.time(),
+                      versions=library_versions())
+
+
+@pytest.fixture
+def files_read(monkeypatch) -> list[Path]:
+    """Every cache file read whole (opened and parsed), from now on."""
+    read: list[Path] = []
+    real = storage.cache.read_json
+
+    def counted(path: Path, *args: object) -> object:
+        doc = real(path, *args)
+        read.append(Path(path))
+        return doc
+
+    monkeypatch.setattr(storage.cache, "read_json", counted)
+    return read
+
+
+def test_a_launch_of_an_untuned_size_reads_only_its_groups_entries(files_read):
+    for cols in range(1, 61):  # another kernel's entries, 60 of them
+        store(entry(cols, kernel="other"))
+    for cols, block in ((64, 32), (1024, 256), (8192, 512)):
+        store(entry(cols, block=block))
+    files_read.clear()
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 256}
+    assert len(files_read) == 3  # the three softmax entries, nothing of the other kernel
+    assert {p.parent for p in files_read} == {entry(64).path().parent}
+    # A write to another kernel's entries costs the next launch nothing.
+    store(entry(61, kernel="other"))
+    files_read.clear()
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 256}
+    assert files_read == []
+    # One to this kernel's group is looked at: a nearer size now answers.
+    store(entry(600, block=128))
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 128}
+
+
+def test_an_exact_lookup_reads_one_file(files_read):
+    for cols in range(1, 41):
+        store(entry(cols, kernel="other"))
+    store(entry(512, block=64))
+    files_read.clear()
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 64}
+    assert files_read == [entry(512).path()]
+
+
+def test_entries_written_flat_by_an_earlier_version_answer_and_move_on_the_next_write():
+    root = cache_dir()
+    root.mkdir(parents=True)
+    for cols, block in ((64, 32), (512, 64)):
+        flat = entry(cols, block=block)
+        (root / f"{flat.key}.json").write_text(json.dumps(asdict(flat)))
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 64}
+    assert tuned_entry("softmax", {**ASKED, "cols": 128}, "cpu-interpreter").distance == 1.0
+    assert len(of_kernel("softmax")) == 2
+    store(entry(7, kernel="other"))  # any write moves them into their folders
+    assert list(root.glob("*.json")) == []
+    assert sorted(p.name for p in root.rglob("*.json")) == sorted(
+        f"{e.key}.json" for e in (entry(64), entry(512), entry(7, kernel="other")))
+    assert [dict(e.config) for e in of_kernel("softmax")] in (
+        [{"BLOCK_N": 32}, {"BLOCK_N": 64}], [{"BLOCK_N": 64}, {"BLOCK_N": 32}])
+
+
+def test_a_flat_entry_worse_than_its_moved_copy_is_dropped_not_kept():
+    root = cache_dir()
+    store(entry(512, block=64))
+    slower = replace(entry(512, block=16), latency_ms=5.0)
+    (root / f"{slower.key}.json").write_text(json.dumps(asdict(slower)))
+    store(entry(7, kernel="other"))
+    assert list(root.glob("*.json")) == []
+    assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 64}
+
+
+@pytest.mark.parametrize("value", [1e-320, 10**400, float("nan"), float("inf"), "tensor",
+                                   [512], None], ids=repr)
+def test_launch_code_asking_with_an_odd_value_gets_its_default(value):
+    store(entry(2**20, block=64))  # 1e-320 / 2**20 underflows to 0
+    if value == "tensor":
+        import torch
+
+        value = torch.tensor(512)
+    problem = {**ASKED, "cols": value}
+    assert tuned_config("softmax", problem, default={"BLOCK_N": 8},
+                        device="cpu-interpreter") in ({"BLOCK_N": 8}, {"BLOCK_N": 64})
+    assert tuned_config("softmax", problem, device="cpu-interpreter") in (None,
+                                                                           {"BLOCK_N": 64})
+
+
+def test_a_size_far_below_the_tuned_one_is_answered_from_it():
+    store(entry(2**20, block=64))
+    found = tuned_entry("softmax", {**ASKED, "cols": 1e-320}, "cpu-interpreter")
+    assert found is not None and dict(found.config) == {"BLOCK_N": 64}
+    assert 1080 < found.distance < 1085  # log2(2**20) + 1063.1
+
+
+def test_the_dispatch_modules_lookup_is_a_dict_for_a_tuned_problem_and_remembered_else(
+        tmp_path):
+    import importlib.util
+
+    from sweep.dispatch import Table, Tuned, module_text
+
+    table = Table(kernel="k", name="n", run_dir="/r", fingerprint="f", started_at=0.0,
+                  partial=False, defaults={"dtype": "float16"}, launch_options=("num_warps",),
+                  problems=[Tuned({"M": m, "dtype": "float16"}, {"BLOCK": m % 7 + 1}, "GPU",
+                                  1.0, i) for i, m in enumerate(range(16, 16 + 2000))])
+    path = tmp_path / "k.py"
+    path.write_text(module_text(table))
+    spec = importlib.util.spec_from_file_location("dispatch_index", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compared = []
+    real = module._alike
+    module._alike = lambda a, b: compared.append(b) or real(a, b)
+    assert module.config_for({"M": 1000}) == {"BLOCK": 1000 % 7 + 1}
+    assert module.config_for({"M": 1000.0, "dtype": "float16"}) == {"BLOCK": 1000 % 7 + 1}
+    assert compared == []  # no row compared: a dict's lookup
+    assert module.config_for({"M": 4096}) == {"BLOCK": 2015 % 7 + 1}  # the largest tuned
+    assert len(compared) == 2000  # an untuned size compares each row once
+    assert module.config_for({"M": 4096}) == {"BLOCK": 2015 % 7 + 1}
+    assert len(compared) == 2000  # and then is remembered
+    assert module.config_for({"M": 1e-320}) == {"BLOCK": 16 % 7 + 1}  # the smallest
+    assert module.config_for({"M": [16]}) is None  # no tuned problem is alike
+
+
+def test_sweep_best_names_an_entrys_file_where_it_is():
+    from sweep.best import _where
+
+    flat = entry(64)
+    root = cache_dir()
+    root.mkdir(parents=True)
+    (root / f"{flat.key}.json").write_text(json.dumps(asdict(flat)))
+    assert _where(flat) == root / f"{flat.key}.json"
+    store(entry(7, kernel="other"))  # moves it
+    assert _where(flat) == flat.path() and flat.path().is_file()

@@ -1,0 +1,121 @@
+"""Text a kernel or a file hands the tool is input: a lone surrogate in a kernel's
+exception (what an undecodable file name becomes in Python) is escaped before it is
+journaled, and a crafted journal or attempt-log line is one line of refusal, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import sweep_proc, write_spec
+
+TESTS = Path(__file__).parent
+LONE = b"\xff".decode("utf-8", "surrogateescape")  # '\udcff'
+
+# A third-party kernel whose grid raises, for one config, with a file name that is not
+# UTF-8, as os.listdir gives it.
+SURROGATE_KERNEL = f'''
+from dataclasses import replace
+
+from third_party_kernel import KERNEL, grid
+
+
+def failing_grid(problem, config):
+    if config["BLOCK_N"] == 64:
+        raise FileNotFoundError("no such file: " + {LONE!r})
+    return grid(problem, config)
+
+
+SURROGATE = replace(KERNEL, grid=failing_grid)
+'''
+
+
+def test_a_kernel_error_holding_a_lone_surrogate_is_escaped_and_the_run_completes(tmp_path):
+    shutil.copy(TESTS / "third_party_kernel.py", tmp_path)
+    (tmp_path / "surrogate_kernel.py").write_text(SURROGATE_KERNEL)
+    spec = write_spec(tmp_path / "spec.yaml", name="surrogate",
+                      kernel="surrogate_kernel:SURROGATE", problem={"rows": 6, "cols": 50},
+                      fixed={"HAS_BIAS": True}, space={"BLOCK_N": [64, 128]},
+                      timing={"warmup_ms": 1, "rep_ms": 5}, run={"backend": "interpret"})
+    out = tmp_path / "run"
+    ran = sweep_proc("run", spec, "--out", out, "--runtime", "local", cwd=tmp_path,
+                     timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    rows = pq.read_table(out / "trials.parquet").to_pylist()
+    assert rows[0]["status"] != "ok" and rows[1]["status"] == "ok", rows
+    assert "no such file: \\udcff" in rows[0]["error"]
+    assert json.loads((out / "snapshot.json").read_text())["snapshot"]["state"] == "complete"
+    for args in (("resume", out), ("report", out), ("best", out)):
+        again = sweep_proc(*args, "--runtime", "local", cwd=tmp_path, timeout=300) \
+            if args[0] == "resume" else sweep_proc(*args, cwd=tmp_path)
+        assert again.returncode == 0, (args, again.stderr)
+        assert "Traceback" not in again.stderr
+
+
+# A third-party kernel whose reference (which re-timing runs each round, as the baseline)
+# ends its process once the file `die` is in its folder: the worker is lost while it
+# re-times the finalists, as a GPU fault would lose it.
+DYING_KERNEL = '''
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from third_party_kernel import KERNEL, reference
+
+DIE = Path(__file__).parent / "die"
+
+
+def dying_reference(inputs, problem):
+    if DIE.exists():
+        os._exit(9)
+    return reference(inputs, problem)
+
+
+DYING = replace(KERNEL, reference=dying_reference)
+'''
+
+
+@pytest.mark.slow  # an interpreter sweep as a process, its worker lost mid re-timing
+def test_a_retiming_cut_short_by_a_lost_worker_is_not_cached_as_complete(tmp_path):
+    from storage.cache import of_kernel
+
+    shutil.copy(TESTS / "third_party_kernel.py", tmp_path)
+    (tmp_path / "dying_kernel.py").write_text(DYING_KERNEL)
+    # Re-timing 2 finalists for 300 rounds takes minutes: the file is there long before.
+    spec = write_spec(tmp_path / "spec.yaml", name="dying", kernel="dying_kernel:DYING",
+                      problem={"rows": 6, "cols": 50}, fixed={"HAS_BIAS": True},
+                      space={"BLOCK_N": [64, 128]}, timing={"warmup_ms": 1, "rep_ms": 5},
+                      run={"backend": "interpret", "finalists": 2, "finalist_rounds": 300})
+    out = tmp_path / "run"
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep", "run", spec, "--out", out,
+                                 "--runtime", "local"], cwd=tmp_path, stderr=stderr,
+                                stdout=subprocess.DEVNULL,
+                                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        try:
+            wait_until(lambda: "re-timing the 2 fastest" in err.read_text(), proc)
+            (tmp_path / "die").touch()
+            assert proc.wait(timeout=600) == 0, err.read_text()
+        finally:
+            proc.kill()
+    said = err.read_text()
+    assert "re-timing failed, keeping the sweep's best" in said
+    assert of_kernel("dying_kernel:DYING") == []  # not taken as a complete run's best
+    assert "cut short (see above) before the fastest configs were re-timed" in said
+
+
+def wait_until(condition, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Poll for an observable state of the run (a line it wrote), never for a time span."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, "the sweep ended before the state was reached"
+        assert time.monotonic() < deadline, "the state was not reached in time"
+        time.sleep(0.05)
