@@ -211,16 +211,16 @@ def _what_changed(run: RunDir, fingerprint: str, spec: Spec) -> str:
     """Which of the kernel's source, the problem or the rest changed: the run's trial
     table records the identity its fingerprint covers (when it is this run's)."""
     import json
+    import os
 
     import pyarrow.parquet as pq
 
-    from storage.readback import is_regular
+    from storage.readback import open_regular
 
     unknown = "the spec, kernel source or problem changed"
     try:
-        if not is_regular(run.trials):  # pyarrow would block on a FIFO
-            return unknown
-        info = pq.read_schema(run.trials).metadata or {}
+        with os.fdopen(open_regular(run.trials), "rb") as f:  # never pyarrow's open: a FIFO
+            info = pq.read_schema(f).metadata or {}
         if info.get(b"fingerprint") != fingerprint.encode():
             return unknown
         then = json.loads(info[b"spec"])
