@@ -66,7 +66,16 @@ def test_adding_a_problem_changes_the_fingerprint_and_one_problem_keeps_its_own(
     ([{"M": 16}, {"BLOCK_M": 32}], "problems[1].BLOCK_M: also set under space:"),
     ([{"M": 16}, {"M": 16}], "problems[1]: the same problem as problems[0]"),
     ([{"M": 16, "Q": 1}, {"M": 32, "Q": 3}], "problems[0].Q: unknown key for kernel matmul"),
-    ([{"M": 16}, {"M": "big"}], "problems[1].M: expected int"),
+    ([{"M": 16}, {"M": "big"}], "problems[1].M: expected int as problems[0].M is, got 'big'"),
+    # a column holds one type: 1 and "1" would both be "1", true and 1 both 1
+    ([{"M": 1}, {"M": "1"}], "problems[1].M: expected int as problems[0].M is, got '1'"),
+    ([{"M": 1}, {"M": True}], "problems[1].M: expected int as problems[0].M is, got True"),
+    ([{"M": 1}, {"M": 1.0}], "problems[1]: the same problem as problems[0]"),
+    # a problem key that varies becomes a column beside the record's own
+    ([{"M": 16, "index": 1}, {"M": 16, "index": 2}],
+     "problems[0].index: collides with a column of the trial table; rename the problem key"),
+    ([{"M": 16, "status": "a"}, {"M": 32, "status": "b"}],
+     "problems[0].status: collides with a column of the trial table"),
     ([{"M": 16}, {"M": [1, 2]}], "problems[1].M: expected a string, an integer"),
 ])
 def test_bad_problems_are_one_line_naming_the_entry(tmp_path, problems, says):
@@ -101,12 +110,35 @@ def test_a_bad_problem_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_constraint_that_fails_for_one_problem_names_that_problem(tmp_path):
-    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"M": "big"}])
+def test_a_constraint_that_fails_against_a_problem_names_that_problem(tmp_path):
+    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": "big"}, {"M": "small"}])
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert str(e.value).startswith(f"{path}: constraints[0]: 'BLOCK_M <= M' <= needs two")
-    assert str(e.value).endswith("(with problems[1])")
+    assert str(e.value).endswith("(with problems[0])")
+
+
+@pytest.mark.parametrize("key", ["node", "index", "status", "config"])
+def test_a_problem_key_named_as_a_table_column_exits_2_and_writes_nothing(tmp_path, key):
+    spec = write_spec(tmp_path / "sim.yaml", **{
+        **SIMULATED, "problems": [{"M": 1, key: 1}, {"M": 1, key: 2}]})
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}: problems[0].{key}: collides with a column of the trial table; "
+        "rename the problem key"], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_problems_differing_in_a_values_type_alone_exit_2_with_one_line(tmp_path):
+    spec = write_spec(tmp_path / "sim.yaml", **{
+        **SIMULATED, "problems": [{"M": 1}, {"M": "1"}]})
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}: problems[1].M: expected int as problems[0].M is, got '1'; a key's "
+        "values share one type"], result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp_path):
