@@ -161,6 +161,38 @@ def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp
     assert not any(space.problem_of(i) == 2 for i in third)  # its neighbour has none yet
 
 
+class CountingSeen(dict):
+    """Outcomes that count how many of them a search reads."""
+
+    visits = 0
+
+    def items(self):
+        for item in super().items():
+            CountingSeen.visits += 1
+            yield item
+
+
+def test_a_search_over_many_problems_reads_each_outcome_once_a_batch(tmp_path):
+    problems = 200
+    spec = load_spec(write_spec(tmp_path / "s.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": list(range(64))},
+        "search": {"strategy": "guided", "budget": 1.0, "warm_start": 0}}))
+    space = spec.expand()
+    search = PerProblem(space, spec.search, batch=2)
+    batches: list[list[int]] = []
+    seen = CountingSeen()
+    for _ in range(3):
+        CountingSeen.visits = 0
+        batch = search.propose(seen, batches, {i for b in batches for i in b})
+        assert batch is not None
+        # a pass over the outcomes, not one per problem (400 x as many)
+        assert CountingSeen.visits <= len(seen), (CountingSeen.visits, len(seen))
+        seen.update({i: 1.0 + i % 7 for b in batches for i in b})
+        batches.append(batch)
+    assert len(seen) > 2 * problems
+
+
 @pytest.mark.parametrize("search", [{"strategy": "guided", "budget": 0.3},
                                     {"strategy": "halving", "sample": 0.5, "eta": 2}])
 def test_a_search_over_problems_runs_per_problem_and_resumes_to_the_same_rows(
