@@ -383,3 +383,26 @@ def test_sweep_best_of_a_spec_over_problems_lists_each_problems_cache_entry(shap
     result = sweep_in("best", spec, "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert [e["problem"]["M"] for e in json.loads(result.stdout)] == [16, 32, 64]
+
+
+def test_a_run_over_many_problems_digests_its_spec_a_bounded_number_of_times(
+        tmp_path, monkeypatch):
+    from sweep.spec import model
+
+    problems = 300
+    spec = write_spec(tmp_path / "many.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": [1, 2]}, "run": {"backend": "simulate", "finalists": 0}})
+    calls = 0
+    digest = model._digest
+
+    def counted(identity):
+        nonlocal calls
+        calls += 1
+        return digest(identity)
+
+    monkeypatch.setattr(model, "_digest", counted)
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 0, result.stderr
+    # each digest reads every problem: one per problem (a cache entry's) is quadratic
+    assert calls < 20, calls
