@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO, Protocol
 
+STDERR_FD = 2
+
 
 class Process(Protocol):
     @property
@@ -56,11 +58,13 @@ def _python(code: str, *args: str, pass_fds: tuple[int, ...] = (),
     # shadow this project's packages: take it off. Then, before the entry's imports (a
     # second or more with torch), the child asks to die with this process, and ends if
     # this process died before it asked: else a kill of this one meanwhile leaves it.
+    # What it prints (a kernel's module while imported, say) goes where its stderr goes:
+    # this process's stdout holds the run's summary.
     return subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
          f"from actors.child import die_with_parent; die_with_parent({os.getpid()}); "
          + code, *args], pass_fds=pass_fds, start_new_session=True, env=env, stderr=stderr,
-        stdout=stdout)
+        stdout=stdout or stderr or STDERR_FD)
 
 
 def start_detached(entry: str, *args: str, env: dict[str, str],

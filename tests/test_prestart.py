@@ -62,7 +62,8 @@ def test_a_command_killed_while_its_launchers_import_leaves_none_and_no_folder_a
     tmp.mkdir()
     spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
                       problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
-                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16]},
+                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
+                             "GROUP_M": [1]},
                       run={"backend": "interpret"})
     command = subprocess.Popen(
         [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run", "--runtime",
