@@ -51,7 +51,7 @@ class PerProblem:
         k = len(batches)
         # Each problem's share of seen, taken and the batches, in its own indices: sorted
         # out once a call, not once per problem (a sweep may hold 10,000 problems).
-        own_seen: dict[int, Seen] = {}
+        own_seen: dict[int, dict[int, float | None]] = {}
         for i, v in seen.items():
             p = self.space.problem_of(i)
             own_seen.setdefault(p, {})[i - self.ranges[p].start] = v
