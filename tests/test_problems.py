@@ -406,3 +406,38 @@ def test_a_run_over_many_problems_digests_its_spec_a_bounded_number_of_times(
     assert result.returncode == 0, result.stderr
     # each digest reads every problem: one per problem (a cache entry's) is quadratic
     assert calls < 20, calls
+
+
+def test_a_cached_answer_over_many_problems_looks_each_entry_up_in_its_own_problem(
+        tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from sweep.run import cache_policy
+
+    problems = 300
+    spec = load_spec(write_spec(tmp_path / "many.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": [1, 2, 3]}}))
+    space = spec.expand()
+    hits = [cache.CacheEntry(kernel="matmul", kernel_source="s", problem=dict(p),
+                             backend="cuda", device="gpu", config={"A": 2}, latency_ms=1.0,
+                             fingerprint="f", run_dir=str(tmp_path), partial=False,
+                             written_at=0.0) for p in reversed(spec.problems)]
+    scanned = 0
+    looked_up = cache_policy.indices_of
+
+    def counted(where, configs):
+        nonlocal scanned
+        scanned += len(where)
+        return looked_up(where, configs)
+
+    monkeypatch.setattr(cache_policy, "indices_of", counted)
+    out = io.StringIO()
+    cache_policy.print_cached(Console(file=out, width=200), spec, space, hits)
+    said = [line for line in out.getvalue().splitlines() if "cached —" in line]
+    assert [line.split('"M":')[1].split(",")[0] for line in said] == \
+        [str(m) for m in range(1, problems + 1)]  # in the spec's order
+    assert "outside" not in out.getvalue()
+    assert scanned == len(space)  # each entry within its own problem's configs
