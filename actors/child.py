@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO, Protocol
 
+STDERR_FD = 2
+
 
 class Process(Protocol):
     @property
@@ -53,11 +55,16 @@ def _python(code: str, *args: str, pass_fds: tuple[int, ...] = (),
             env: dict[str, str] | None = None, stderr: IO[bytes] | None = None,
             stdout: IO[bytes] | None = None) -> subprocess.Popen:
     # `-c` puts the current directory first on sys.path, where a user's folder could
-    # shadow this project's packages: take it off.
+    # shadow this project's packages: take it off. Then, before the entry's imports (a
+    # second or more with torch), the child asks to die with this process, and ends if
+    # this process died before it asked: else a kill of this one meanwhile leaves it.
+    # What it prints (a kernel's module while imported, say) goes where its stderr goes:
+    # this process's stdout holds the run's summary.
     return subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+         f"from actors.child import die_with_parent; die_with_parent({os.getpid()}); "
          + code, *args], pass_fds=pass_fds, start_new_session=True, env=env, stderr=stderr,
-        stdout=stdout)
+        stdout=stdout or stderr or STDERR_FD)
 
 
 def start_detached(entry: str, *args: str, env: dict[str, str],
@@ -265,7 +272,9 @@ def connect(read_fd: int, write_fd: int) -> tuple[Connection, Connection]:
     return Connection(read_fd, writable=False), Connection(write_fd, readable=False)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
+    """Asks Linux to kill this process when its parent dies; parent: the pid it was
+    started by, which if already gone (this process was handed to init) ends it now."""
     # The signal is sent when the thread that started this process ends: workers start
     # their children from threads that live as long as the worker (its constructor's and
     # Ray's task threads).
@@ -274,6 +283,8 @@ def die_with_parent() -> None:
 
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def kill(child: Child) -> None:

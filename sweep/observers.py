@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from storage.records import TrialRecord
 from sweep.results.tally import Tally
@@ -73,9 +73,15 @@ class TrialCallback:
 
 
 class TrialsJsonl:
-    """Appends each finished trial to a file as one JSON line, flushed per group (a
+    """Appends each finished trial to a file as one JSON line, written per group (a
     `tail -f` sees trials as they finish). The run's own record is the journal: a write
-    that fails here (a full disk) is reported once and the stream ends there."""
+    that fails here (a full disk) is reported once and the stream ends there.
+
+    The sweep never waits for a reader: to a FIFO or pipe the lines are written without
+    blocking, and what its reader has not taken yet waits here, up to MAX_PENDING bytes;
+    a reader that falls further behind is let go (said once; the run goes on)."""
+
+    MAX_PENDING = 256 * 1024
 
     def __init__(self, path: Path, report: Callable[[str], None] = warn) -> None:
         """Raises OSError for a path that cannot be written; creates nothing until the
@@ -86,41 +92,59 @@ class TrialsJsonl:
             raise OSError("not a file in a writable directory")
         self.path = path
         self._report = report
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._pending = b""  # written lines a reader has not taken yet
         self._closed = False
         if path.is_fifo():  # its open would wait for a reader, the sweep with it; kept
             # open from here: closing it would end a reader such as `cat` (its EOF)
-            self._file = os.fdopen(_open_append(path), "a", encoding="utf-8")
+            self._fd = _open_append(path)
 
     def on_records(self, records: list[TrialRecord], tally: Tally) -> None:
         if self._closed:
             return
         try:
-            if self._file is None:
-                self._file = os.fdopen(_open_append(self.path), "a", encoding="utf-8")
-            self._file.write("".join(json.dumps(trial_json(r), ensure_ascii=False) + "\n"
-                                     for r in records))
-            self._file.flush()
+            if self._fd is None:
+                self._fd = _open_append(self.path)
+            self._pending += "".join(json.dumps(trial_json(r), ensure_ascii=False) + "\n"
+                                     for r in records).encode()
+            self._write()
         except OSError as e:
             self.close()
             self._report(f"trials JSONL {self.path}: {e.strerror or e}; no more trials are "
                          "written there (the run goes on)")
+            return
+        if len(self._pending) > self.MAX_PENDING:
+            self.close()
+            self._report(f"trials JSONL {self.path}: its reader has stopped reading; no "
+                         "more trials are written there (the run goes on)")
+
+    def _write(self) -> None:
+        """As much of what is pending as the file takes now (a full pipe: none)."""
+        assert self._fd is not None
+        while self._pending:
+            try:
+                written = os.write(self._fd, self._pending)
+            except BlockingIOError:
+                return
+            self._pending = self._pending[written:]
 
     def on_event(self, message: str) -> None:
         pass
 
     def close(self) -> None:
         self._closed = True
-        if self._file is not None:
+        if self._fd is not None:
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                self._write()  # what the reader has room for; the rest is let go
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
 
 
 def _open_append(path: Path) -> int:
     """For appending, never waiting: a FIFO nobody reads is refused at once (ENXIO),
-    where a plain open would block until a reader came. Written to, a read FIFO is a pipe
-    as `| tee` would be."""
+    where a plain open would block until a reader came, and a write to a full one fails at
+    once (EAGAIN) instead of waiting for its reader."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK |
                      os.O_CLOEXEC, 0o644)
@@ -129,5 +153,4 @@ def _open_append(path: Path) -> int:
             raise OSError(errno.ENXIO, "a FIFO no process reads; start its reader "
                                        "first") from None
         raise
-    os.set_blocking(fd, True)
     return fd

@@ -319,3 +319,22 @@ def test_a_sweep_of_the_third_party_kernel_validates_both_outputs(tmp_path):
     best = json.loads((tmp_path / "run" / "best.json").read_text())
     assert list(best["config"]) == ["BLOCK_N"]
     assert [list(f["config"]) for f in best["finalists"]] == [["BLOCK_N"], ["BLOCK_N"]]
+
+
+def test_a_kernel_that_prints_at_import_leaves_the_commands_stdout_to_the_summary(tmp_path):
+    # 20 MB at import, from the command's own import and every worker's
+    (tmp_path / "noisy_kernel.py").write_text(
+        "print('x' * 20_000_000)\nfrom sweep_kernels.matmul import KERNEL  # noqa\n")
+    spec = write_spec(tmp_path / "s.yaml", name="noisy", kernel="noisy_kernel:KERNEL",
+                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
+                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
+                             "GROUP_M": [1]},
+                      timing={"warmup_ms": 1, "rep_ms": 3, "screen": "off"},
+                      run={"backend": "interpret", "finalists": 0})
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", "--runtime", "local",
+                      cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "x" * 100 not in done.stdout and len(done.stdout) < 10_000, len(done.stdout)
+    assert "results: " in done.stdout
+    assert "printed 19,996,001 more characters while it was imported; not shown" in \
+        done.stderr

@@ -4,7 +4,16 @@ closing it leaves none of them running."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+from conftest import ROOT, write_spec
 
 from actors import child
 from actors.protocol import WorkerSettings
@@ -34,3 +43,51 @@ def test_a_prestart_that_cannot_use_its_gpu_prints_nothing_and_leaves_no_process
     assert not any(child.alive(pid) for pid in pids)
     assert not prestart.directory.exists()
     assert capfd.readouterr().err == ""  # its tracebacks went to its log, not the terminal
+
+
+def processes_naming(folder: Path) -> list[int]:
+    """The live processes whose command line names a path under folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and str(folder).encode() in \
+                    (entry / "cmdline").read_bytes() and child.alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_command_killed_while_its_launchers_import_leaves_none_and_no_folder_after(
+        tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
+                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
+                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
+                             "GROUP_M": [1]},
+                      run={"backend": "interpret"})
+    command = subprocess.Popen(
+        [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run", "--runtime",
+         "local"], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not processes_naming(tmp):  # a launcher started: it is importing torch
+            assert command.poll() is None and time.monotonic() < deadline
+        os.kill(command.pid, signal.SIGKILL)
+        command.wait()
+        deadline = time.monotonic() + 120  # each launcher ends once it looks up
+        while processes_naming(tmp):
+            assert time.monotonic() < deadline, processes_naming(tmp)
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)
+    left = list(tmp.glob("sweep-prestart-*"))
+    assert len(left) == 1  # nobody was left to remove it
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    prestart = Prestart.begin_interpret(SETTINGS, 1)  # the next start removes it
+    try:
+        assert not left[0].exists() and prestart.directory.exists()
+    finally:
+        prestart.close()
+    assert list(tmp.iterdir()) == []

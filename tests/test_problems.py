@@ -66,7 +66,16 @@ def test_adding_a_problem_changes_the_fingerprint_and_one_problem_keeps_its_own(
     ([{"M": 16}, {"BLOCK_M": 32}], "problems[1].BLOCK_M: also set under space:"),
     ([{"M": 16}, {"M": 16}], "problems[1]: the same problem as problems[0]"),
     ([{"M": 16, "Q": 1}, {"M": 32, "Q": 3}], "problems[0].Q: unknown key for kernel matmul"),
-    ([{"M": 16}, {"M": "big"}], "problems[1].M: expected int"),
+    ([{"M": 16}, {"M": "big"}], "problems[1].M: expected int as problems[0].M is, got 'big'"),
+    # a column holds one type: 1 and "1" would both be "1", true and 1 both 1
+    ([{"M": 1}, {"M": "1"}], "problems[1].M: expected int as problems[0].M is, got '1'"),
+    ([{"M": 1}, {"M": True}], "problems[1].M: expected int as problems[0].M is, got True"),
+    ([{"M": 1}, {"M": 1.0}], "problems[1]: the same problem as problems[0]"),
+    # a problem key that varies becomes a column beside the record's own
+    ([{"M": 16, "index": 1}, {"M": 16, "index": 2}],
+     "problems[0].index: collides with a column of the trial table; rename the problem key"),
+    ([{"M": 16, "status": "a"}, {"M": 32, "status": "b"}],
+     "problems[0].status: collides with a column of the trial table"),
     ([{"M": 16}, {"M": [1, 2]}], "problems[1].M: expected a string, an integer"),
 ])
 def test_bad_problems_are_one_line_naming_the_entry(tmp_path, problems, says):
@@ -101,12 +110,35 @@ def test_a_bad_problem_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_constraint_that_fails_for_one_problem_names_that_problem(tmp_path):
-    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": 16}, {"M": "big"}])
+def test_a_constraint_that_fails_against_a_problem_names_that_problem(tmp_path):
+    path = shapes_spec(tmp_path / "bad.yaml", problems=[{"M": "big"}, {"M": "small"}])
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert str(e.value).startswith(f"{path}: constraints[0]: 'BLOCK_M <= M' <= needs two")
-    assert str(e.value).endswith("(with problems[1])")
+    assert str(e.value).endswith("(with problems[0])")
+
+
+@pytest.mark.parametrize("key", ["node", "index", "status", "config"])
+def test_a_problem_key_named_as_a_table_column_exits_2_and_writes_nothing(tmp_path, key):
+    spec = write_spec(tmp_path / "sim.yaml", **{
+        **SIMULATED, "problems": [{"M": 1, key: 1}, {"M": 1, key: 2}]})
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}: problems[0].{key}: collides with a column of the trial table; "
+        "rename the problem key"], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_problems_differing_in_a_values_type_alone_exit_2_with_one_line(tmp_path):
+    spec = write_spec(tmp_path / "sim.yaml", **{
+        **SIMULATED, "problems": [{"M": 1}, {"M": "1"}]})
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {spec}: problems[1].M: expected int as problems[0].M is, got '1'; a key's "
+        "values share one type"], result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp_path):
@@ -127,6 +159,38 @@ def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp
     fastest = [space.config_json(i) for i in first if latency[i] is not None][:3]
     assert [space.config_json(i) for i in of_one[:3]] == fastest
     assert not any(space.problem_of(i) == 2 for i in third)  # its neighbour has none yet
+
+
+class CountingSeen(dict):
+    """Outcomes that count how many of them a search reads."""
+
+    visits = 0
+
+    def items(self):
+        for item in super().items():
+            CountingSeen.visits += 1
+            yield item
+
+
+def test_a_search_over_many_problems_reads_each_outcome_once_a_batch(tmp_path):
+    problems = 200
+    spec = load_spec(write_spec(tmp_path / "s.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": list(range(64))},
+        "search": {"strategy": "guided", "budget": 1.0, "warm_start": 0}}))
+    space = spec.expand()
+    search = PerProblem(space, spec.search, batch=2)
+    batches: list[list[int]] = []
+    seen = CountingSeen()
+    for _ in range(3):
+        CountingSeen.visits = 0
+        batch = search.propose(seen, batches, {i for b in batches for i in b})
+        assert batch is not None
+        # a pass over the outcomes, not one per problem (400 x as many)
+        assert CountingSeen.visits <= len(seen), (CountingSeen.visits, len(seen))
+        seen.update({i: 1.0 + i % 7 for b in batches for i in b})
+        batches.append(batch)
+    assert len(seen) > 2 * problems
 
 
 @pytest.mark.parametrize("search", [{"strategy": "guided", "budget": 0.3},
@@ -319,3 +383,61 @@ def test_sweep_best_of_a_spec_over_problems_lists_each_problems_cache_entry(shap
     result = sweep_in("best", spec, "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert [e["problem"]["M"] for e in json.loads(result.stdout)] == [16, 32, 64]
+
+
+def test_a_run_over_many_problems_digests_its_spec_a_bounded_number_of_times(
+        tmp_path, monkeypatch):
+    from sweep.spec import model
+
+    problems = 300
+    spec = write_spec(tmp_path / "many.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": [1, 2]}, "run": {"backend": "simulate", "finalists": 0}})
+    calls = 0
+    digest = model._digest
+
+    def counted(identity):
+        nonlocal calls
+        calls += 1
+        return digest(identity)
+
+    monkeypatch.setattr(model, "_digest", counted)
+    result = sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local")
+    assert result.returncode == 0, result.stderr
+    # each digest reads every problem: one per problem (a cache entry's) is quadratic
+    assert calls < 20, calls
+
+
+def test_a_cached_answer_over_many_problems_looks_each_entry_up_in_its_own_problem(
+        tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from sweep.run import cache_policy
+
+    problems = 300
+    spec = load_spec(write_spec(tmp_path / "many.yaml", **{
+        **SIMULATED, "problems": [{"M": m} for m in range(1, problems + 1)],
+        "space": {"A": [1, 2, 3]}}))
+    space = spec.expand()
+    hits = [cache.CacheEntry(kernel="matmul", kernel_source="s", problem=dict(p),
+                             backend="cuda", device="gpu", config={"A": 2}, latency_ms=1.0,
+                             fingerprint="f", run_dir=str(tmp_path), partial=False,
+                             written_at=0.0) for p in reversed(spec.problems)]
+    scanned = 0
+    looked_up = cache_policy.indices_of
+
+    def counted(where, configs):
+        nonlocal scanned
+        scanned += len(where)
+        return looked_up(where, configs)
+
+    monkeypatch.setattr(cache_policy, "indices_of", counted)
+    out = io.StringIO()
+    cache_policy.print_cached(Console(file=out, width=200), spec, space, hits)
+    said = [line for line in out.getvalue().splitlines() if "cached —" in line]
+    assert [line.split('"M":')[1].split(",")[0] for line in said] == \
+        [str(m) for m in range(1, problems + 1)]  # in the spec's order
+    assert "outside" not in out.getvalue()
+    assert scanned == len(space)  # each entry within its own problem's configs

@@ -357,6 +357,51 @@ def test_a_trials_jsonl_fifo_with_a_reader_gets_every_trial(tmp_path):
     assert sorted(json.loads(line)["index"] for line in lines) == list(range(40))
 
 
+# Reads the FIFO's first line (open read-write: it never sees an EOF, and is a reader
+# before the sweep opens it), says so, then reads nothing more while it lives.
+STALLED_READER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+print("ready", flush=True)
+data = b""
+while b"\\n" not in data:
+    data += os.read(fd, 1)
+print("stalled", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_trials_jsonl_reader_that_stops_reading_is_let_go_and_sigint_still_ends_the_run(
+        tmp_path):
+    fifo = tmp_path / "trials.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([sys.executable, "-c", STALLED_READER, fifo],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "sweep" / "run"
+    try:
+        assert reader.stdout.readline() == "ready\n"
+        spec = simulate_spec(tmp_path / "spec.yaml",
+                             space={"A": list(range(100)), "B": list(range(100))},
+                             simulate={"trial_ms": 2}, run={"finalists": 0})
+        proc = start(["run", spec, "--out", out, "--runtime", "local", "--trials-jsonl", fifo],
+                     out, [])
+        assert reader.stdout.readline() == "stalled\n"
+        # a full pipe no longer holds the sweep: its trials go on, and it says so once
+        wait_until(lambda: "its reader has stopped reading" in stderr_of(out), proc, 120)
+        os.killpg(proc.pid, signal.SIGINT)  # no write to wait in: it stops as ever
+        proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr_of(out)
+    finally:
+        reader.kill()
+        reader.communicate()
+    said = [line for line in stderr_of(out).splitlines() if "trials JSONL" in line]
+    assert said == [f"warning: trials JSONL {fifo}: its reader has stopped reading; no more "
+                    "trials are written there (the run goes on)"], stderr_of(out)
+    again = sweep_in("resume", out)
+    assert again.returncode == 0, again.stderr
+    assert pq.read_table(out / "trials.parquet", columns=["index"]).num_rows == 10_000
+
+
 def test_a_spec_from_a_pipe_is_read_once(tmp_path):
     spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE, run={"finalists": 0})
     out = tmp_path / "run"

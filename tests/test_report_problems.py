@@ -217,3 +217,28 @@ def test_the_page_draws_each_problems_plots_in_chromium(shapes):
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         browser.quit()
+
+
+def test_the_report_of_many_problems_reads_each_problems_values_a_bounded_number_of_times(
+        tmp_path, monkeypatch):
+    from sweep.report import analysis
+
+    problems = 300
+    spec = write_spec(tmp_path / "many.yaml", name="many", kernel="matmul",
+                      problem={"N": 64}, problems=[{"M": m} for m in range(1, problems + 1)],
+                      space={"A": [1, 2]}, run={"backend": "simulate", "finalists": 0},
+                      simulate={"workers": 2, "trial_ms": 0})
+    assert sweep_in("run", spec, "--out", tmp_path / "run", "--runtime", "local").returncode == 0
+    calls = 0
+    key = analysis._key
+
+    def counted(value):
+        nonlocal calls
+        calls += 1
+        return key(value)
+
+    monkeypatch.setattr(analysis, "_key", counted)
+    report = analysis.analyse(tmp_path / "run")
+    assert len(report.problems) == problems
+    # a pass over the problems per key and one over the rows: not problems x problems
+    assert calls <= 4 * (problems + 2 * problems), calls

@@ -20,6 +20,7 @@ temporary directory, not to the user's terminal.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import secrets
@@ -141,14 +142,62 @@ class Prestart:
                 if said:
                     with keep_log.open("ab") as f:
                         f.write(said)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        _release(self.directory)
+
+
+PREFIX = "sweep-prestart-"
+OWNER = ".owner"  # locked by the command that made the folder for as long as it runs
+
+
+def _own_directory() -> Path:
+    """A temporary folder of this command's, named with its pid and held by a lock that
+    ends with the process however it ends; those of commands that are gone (killed, say)
+    are removed first: nobody else would."""
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{PREFIX}*-*"):
+        if _abandoned(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    held = os.open(directory / OWNER, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    _HELD[directory] = held
+    return directory
+
+
+_HELD: dict[Path, int] = {}  # this process's folders: the lock's file, open till close()
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether the command that made folder is gone: its lock is free, or (a folder made a
+    moment ago, before its lock) the pid its name carries runs no more."""
+    pid = folder.name[len(PREFIX):].partition("-")[0]
+    try:
+        held = os.open(folder / OWNER, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return pid.isdigit() and not child.alive(int(pid))
+    except OSError:
+        return False  # another user's, or not a folder: not ours to judge
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(held)
+
+
+def _release(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    held = _HELD.pop(directory, None)
+    if held is not None:
+        os.close(held)
 
 
 def _launchers(settings: WorkerSettings, env: dict[str, dict[str, str]]
                ) -> tuple[Path, IO[bytes], dict[str, tuple[str, str, int]],
                           list[subprocess.Popen]]:
     """A launcher started for each key, with that key's environment."""
-    directory = Path(tempfile.mkdtemp(prefix="sweep-prestart-"))
+    directory = _own_directory()
     # What these processes print (a kernel that fails to import, say) goes here: the run
     # reports a bad spec in one line of its own.
     log = open(directory / "stderr.log", "ab")  # noqa: SIM115 - closed in close()

@@ -228,7 +228,8 @@ def _problems(rows: list[dict[str, Any]], columns: list[str], spec: dict[str, An
     if not (isinstance(listed, list) and len(listed) > 1 and
             all(isinstance(p, dict) for p in listed)):
         return [], [], []
-    varying = {k for p in listed for k in p if len({_key(q.get(k)) for q in listed}) > 1}
+    names = dict.fromkeys(k for p in listed for k in p)  # each key's values read once
+    varying = {k for k in names if len({_key(q.get(k)) for q in listed}) > 1}
     if not varying or not varying <= set(columns):
         return [], [], []  # not a table this tool wrote for these problems
     keys = [c for c in columns if c in varying]
@@ -236,11 +237,14 @@ def _problems(rows: list[dict[str, Any]], columns: list[str], spec: dict[str, An
     at = [where.get(tuple(_key(r[k]) for k in keys)) for r in rows]
     chosen = pick.problems if len(pick.problems) == len(listed) else \
         [(NOTHING_CHOSE, None)] * len(listed)
+    own: list[list[dict[str, Any]]] = [[] for _ in listed]  # each problem's rows
+    for r, k in zip(rows, at):
+        if k is not None:
+            own[k].append(r)
     out = []
     for i, (problem, (chose, configs)) in enumerate(zip(listed, chosen)):
         label = ", ".join(f"{k}={problem.get(k)}" for k in keys)  # as the run's summary says
-        mine = [r for r, k in zip(rows, at) if k == i]
-        out.append(problem_record(label, problem, mine, chose, configs, parameters,
+        out.append(problem_record(label, problem, own[i], chose, configs, parameters,
                                   spec.get("space", {})))
     return keys, out, at
 

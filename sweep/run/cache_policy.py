@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -157,18 +158,28 @@ def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool
 def print_cached(out: Console, spec: Spec, space: Space,
                  hits: list[cache.CacheEntry]) -> None:
     order = spec.each_problem()
+    # An entry's problem is one of the spec's, perhaps with the kernel's defaults merged
+    # (a spec read without importing it has none): found by the spec's keys of it, in a
+    # table rather than by a walk over the problems per entry.
+    keys = list(order[0])
+
+    def form(problem: Mapping[str, Any]) -> str:
+        return canonical_json({k: problem.get(k) for k in keys})
+
+    position = {form(p): i for i, p in enumerate(order)}
 
     def place(e: cache.CacheEntry) -> int:  # the spec's order of problems
-        return next((i for i, p in enumerate(order)
-                     if all(e.problem.get(k) == v for k, v in p.items())), len(order))
+        return position.get(form(e.problem), len(order))
 
     for e in sorted(hits, key=place) if spec.problems else hits:
         of = f" {canonical_json(dict(e.problem))}" if spec.problems else ""
+        p = place(e)
+        own = space.part(p) if spec.problems and p < len(order) else space
         say(out, f"sweep {spec.name}: cached — this sweep of {e.kernel}{of} completed on "
                  f"{printable(e.device)} before; the best any sweep found there is from "
                  f"{printable(e.run_dir, 4096)} "
                  f"({time.strftime('%Y-%m-%d %H:%M', time.localtime(e.written_at))})")
-        outside = "" if indices_of(space, [e.config]) else " (outside this sweep's space)"
+        outside = "" if indices_of(own, [e.config]) else " (outside this sweep's space)"
         config = json.dumps(dict(e.config), sort_keys=True)  # escapes control characters
         say(out, f"  best: {config} "
                  f"{e.latency_ms:.4g} ms{outside}")

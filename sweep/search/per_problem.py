@@ -37,7 +37,9 @@ class PerProblem:
         self.space, self.options, self.batch = space, options, batch
         self.parts = [space.part(p) for p in range(len(space.starts))]
         self.ranges = [space.problem_range(p) for p in range(len(space.starts))]
-        self.cached = [[i - r.start for i in warm if i in r] for r in self.ranges]
+        self.cached: list[list[int]] = [[] for _ in self.ranges]
+        for i in warm:
+            self.cached[space.problem_of(i)].append(i - space.starts[space.problem_of(i)])
         self.strategies: list[Strategy | None] = [None] * len(self.parts)
         # The batch at which each problem's search began, and at which it ended (it
         # proposed None): its batches are the sweep's in between.
@@ -47,6 +49,23 @@ class PerProblem:
     def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
                 taken: set[int]) -> list[int] | None:
         k = len(batches)
+        # Each problem's share of seen, taken and the batches, in its own indices: sorted
+        # out once a call, not once per problem (a sweep may hold 10,000 problems).
+        own_seen: dict[int, dict[int, float | None]] = {}
+        for i, v in seen.items():
+            p = self.space.problem_of(i)
+            own_seen.setdefault(p, {})[i - self.ranges[p].start] = v
+        own_taken: dict[int, set[int]] = {}
+        for i in taken:
+            p = self.space.problem_of(i)
+            own_taken.setdefault(p, set()).add(i - self.ranges[p].start)
+        first = min((b for b in self.began if b is not None), default=k)
+        own_batches: dict[int, dict[int, list[int]]] = {}
+        for j in range(first, k):
+            for i in batches[j]:
+                p = self.space.problem_of(i)
+                own_batches.setdefault(p, {}).setdefault(j, []).append(
+                    i - self.ranges[p].start)
         out: list[int] = []
         going = False
         for p, at in enumerate(self.ranges):
@@ -54,7 +73,7 @@ class PerProblem:
             if ended is not None and ended < k:
                 continue
             if self.strategies[p] is None:
-                warm = self._warm(p, seen, taken)
+                warm = self._warm(p, own_seen.get(p - 1, {}), own_taken.get(p - 1, set()))
                 if warm is None:  # waits for its neighbour
                     going = True
                     continue
@@ -63,10 +82,10 @@ class PerProblem:
             mine = self.strategies[p]
             assert mine is not None
             began = self.began[p] or 0
-            local = mine.propose(
-                {i - at.start: v for i, v in seen.items() if i in at},
-                [[i - at.start for i in b if i in at] for b in batches[began:]],
-                {i - at.start for i in taken if i in at})
+            by_batch = own_batches.get(p, {})
+            local = mine.propose(own_seen.get(p, {}),
+                                 [by_batch.get(j, []) for j in range(began, k)],
+                                 own_taken.get(p, set()))
             if local is None:
                 self.ended[p] = k
                 continue
@@ -74,19 +93,20 @@ class PerProblem:
             out += [i + at.start for i in local]
         return out if going else None
 
-    def _warm(self, p: int, seen: Seen, taken: set[int]) -> list[int] | None:
+    def _warm(self, p: int, seen_before: Seen, taken_before: set[int]) -> list[int] | None:
         """The first configs of problem p's search (its own indices), or None while it
         waits: the cache's, else the neighbour before it's fastest that worked (once one
-        has, or the neighbour is over with nothing that worked)."""
+        has, or the neighbour is over with nothing that worked). seen_before and
+        taken_before: the neighbour's, in its own indices."""
         # Halving proposes one sample: waiting for a neighbour's would run them in turn.
         if p == 0 or self.cached[p] or self.options.warm_start <= 0 or \
                 self.options.strategy == "halving":
             return self.cached[p]
         before = self.ranges[p - 1]
-        ok = sorted((v, i) for i, v in seen.items() if i in before and v is not None)
-        over = self.ended[p - 1] is not None and all(
-            i in seen for i in taken if i in before)
+        ok = sorted((v, i) for i, v in seen_before.items() if v is not None)
+        over = self.ended[p - 1] is not None and all(i in seen_before for i in taken_before)
         if not ok and not over:
             return None
-        configs = [self.space.kernel_config(i) for _, i in ok[:self.options.warm_start]]
+        configs = [self.space.kernel_config(i + before.start)
+                   for _, i in ok[:self.options.warm_start]]
         return indices_of(self.parts[p], configs)

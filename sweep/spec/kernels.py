@@ -12,6 +12,7 @@ from typing import Any
 
 from actors.backends import AUTO, traits
 from sweep.spec.constraints import clip_repr, clip_text
+from sweep.spec.import_output import printed_aside
 from sweep.spec.model import LAUNCH_OPTIONS, SpecError
 from sweep.spec.rules import Reader, is_json_scalar, is_number
 from sweep_kernels import (
@@ -44,7 +45,8 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
     """Import the kernel and check the spec's problem (and each of its problems, as
     written merged over it), fixed values and space against it."""
     try:
-        kernel = load_kernel(kernel_name)
+        with printed_aside(f"kernel {kernel_name}'s module"):
+            kernel = load_kernel(kernel_name)
     except KernelError as e:
         raise r.fail("kernel", clip_text(str(e), 300)) from None
     merged_problem = check_problem(r, kernel, dict(problem), backend)

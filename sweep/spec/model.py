@@ -3,6 +3,7 @@ for them, so every reader and check of a spec agrees on what a valid one is."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -159,7 +160,7 @@ class Spec:
     problem_constraints: tuple[tuple[Constraint, ...], ...] = ()
     problem_work: tuple[Mapping[str, float], ...] = ()
 
-    @property
+    @functools.cached_property  # once: read per problem and per entry
     def problem_keys(self) -> tuple[str, ...]:
         """The problem keys whose values differ between the problems, in the order they
         are first written: each is a column of the trial table."""
@@ -231,7 +232,7 @@ class Spec:
             ident["search"] = asdict(self.search)
         return ident
 
-    @property
+    @functools.cached_property  # once: read per problem and per entry
     def fingerprint(self) -> str:
         return _digest(self.identity())
 
@@ -248,7 +249,7 @@ class Spec:
             ident["problems"] = [dict(e) for e in self.problem_entries]
         return ident
 
-    @property
+    @functools.cached_property  # once: read per problem and per entry
     def declared_fingerprint(self) -> str:
         """The same for a file whether or not its kernel was imported: lets `sweep resume`
         check a run's spec before running any code it names."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from storage.records import TABLE_COLUMNS
+from storage.records import TABLE_COLUMNS, canonical_json
 from sweep.spec.constraints import (
     Constraint,
     ConstraintError,
@@ -158,18 +158,53 @@ def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
                 where = "space:" if name in space else "fixed:"
                 raise r.fail(f"{key}.{name}", f"also set under {where}; a problem key "
                                               "cannot be tuned or fixed")
-        whole = {**problem, **entry}
-        if whole in merged:
-            raise r.fail(key, f"the same problem as problems[{merged.index(whole)}]")
-        merged.append(whole)
-    for i, whole in enumerate(merged):  # else a kernel's default would fill it in silently
-        for j, other in enumerate(merged):
-            missing = [k for k in other if k not in whole]
-            if missing:
-                raise r.fail(f"problems[{i}]", f"no value for {missing[0]}, which "
-                                               f"problems[{j}] sets; set it in every problem, "
-                                               "or under problem: for all")
+            refuse_column_clash(r, f"{key}.{name}", name, "the problem key")
+        merged.append({**problem, **entry})
+    _refuse_unlike_problems(r, merged)
     return tuple(merged)
+
+
+def refuse_column_clash(r: Reader, key: str, name: str, what: str) -> None:
+    """A parameter or a problem key becomes a column of the trial table beside the
+    record's own, so it may not share a name with one (it would overwrite it)."""
+    if name in TABLE_COLUMNS:
+        raise r.fail(key, f"collides with a column of the trial table; rename {what}")
+
+
+def _refuse_unlike_problems(r: Reader, merged: list[dict[str, Any]]) -> None:
+    """Every problem sets the same keys (else a kernel's default would fill one in
+    silently), each key's values share one type as a space's values do (a column holds
+    one type: 1 and "1" would both become "1"), and no two problems are alike. Linear
+    in the problems: a problem is compared through its canonical form, once."""
+    first_with: dict[str, int] = {}
+    for i, whole in enumerate(merged):
+        for k in whole:
+            first_with.setdefault(k, i)
+    kinds: dict[str, type] = {}
+    for i, whole in enumerate(merged):
+        missing = [k for k in first_with if k not in whole]
+        if missing:
+            raise r.fail(f"problems[{i}]", f"no value for {missing[0]}, which "
+                                           f"problems[{first_with[missing[0]]}] sets; set it "
+                                           "in every problem, or under problem: for all")
+        for k, v in whole.items():
+            kind = value_kind([kinds.setdefault(k, _kind(v))(), v])  # int widens to float
+            if kind is None:
+                raise r.fail(f"problems[{i}].{k}", f"expected {kinds[k].__name__} as "
+                                                   f"problems[{first_with[k]}].{k} is, got "
+                                                   f"{clip_repr(v)}; a key's values share "
+                                                   "one type")
+            kinds[k] = kind
+    seen: dict[str, int] = {}
+    for i, whole in enumerate(merged):
+        form = canonical_json({k: kinds[k](v) for k, v in whole.items()})
+        if form in seen:
+            raise r.fail(f"problems[{i}]", f"the same problem as problems[{seen[form]}]")
+        seen[form] = i
+
+
+def _kind(v: Any) -> type:
+    return bool if isinstance(v, bool) else type(v)
 
 
 def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
@@ -187,8 +222,7 @@ def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
         if normal != name:
             # Python's parser normalises identifiers, so no constraint could name it.
             raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
-        if name in TABLE_COLUMNS:
-            raise r.fail(key, "collides with a column of the trial table; rename the parameter")
+        refuse_column_clash(r, key, name, "the parameter")
         if not isinstance(values, list):
             shown = clip_repr(values)
             raise r.fail(key, f"expected a list of values (write [{shown}]), got {shown}")

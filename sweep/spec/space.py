@@ -214,10 +214,11 @@ def concatenate(parts: Sequence[Space], keys: Sequence[str],
     for k, key in enumerate(keys):
         column = [row[k] for row in values]
         kinds[key] = value_kind(column) or str
-        distinct = list(dict.fromkeys(canonical_json(v) for v in column))
-        tables[key] = np.array([kinds[key](json.loads(t)) for t in distinct],
+        code_of_text: dict[str, int] = {}  # a value's code, by its canonical text
+        code_of = [code_of_text.setdefault(canonical_json(kinds[key](v)), len(code_of_text))
+                   for v in column]
+        tables[key] = np.array([kinds[key](json.loads(t)) for t in code_of_text],
                                dtype=_NUMPY[kinds[key]])
-        code_of = [distinct.index(canonical_json(v)) for v in column]
         codes[key] = np.repeat(np.array(code_of, dtype=np.int64), sizes)
     for name in first.names:
         kinds[name], tables[name] = first.kinds[name], first.tables[name]
