@@ -12,22 +12,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def replace_atomically(path: Path, write: Callable[[str], object]) -> None:
+def replace_atomically(path: Path, write: Callable[[str], object],
+                       durable: bool = True) -> None:
     """Call write(temp_path) to fill a temp file (its result is ignored), then move it over
-    path durably."""
+    path durably. durable=False leaves the fsyncs to the caller, who writes many files and
+    then makes them durable at once (os.sync)."""
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)
         write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        if durable:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError) and e.filename is None:
             e.filename = str(path)  # a write error names no file: say which one failed
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -52,8 +57,8 @@ def _temp_prefix(path: Path) -> str:
     return f".{name}."
 
 
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    replace_atomically(path, lambda tmp: Path(tmp).write_bytes(data))
+def write_bytes_atomically(path: Path, data: bytes, durable: bool = True) -> None:
+    replace_atomically(path, lambda tmp: Path(tmp).write_bytes(data), durable)
 
 
 def _read_umask() -> int:

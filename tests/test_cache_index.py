@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import storage.atomic
 import storage.cache
 from storage.cache import CacheEntry, cache_dir, library_versions, of_kernel, store
 from sweep.tuned import tuned_config, tuned_entry
@@ -167,3 +168,21 @@ def test_sweep_best_names_an_entrys_file_where_it_is():
     assert _where(flat) == root / f"{flat.key}.json"
     store(entry(7, kernel="other"))  # moves it
     assert _where(flat) == flat.path() and flat.path().is_file()
+
+
+def test_a_run_over_many_problems_makes_its_entries_durable_at_once(monkeypatch):
+    """One sync for a batch of entries, not two fsyncs an entry: what a run over 10,000
+    problems spent most of a minute on. Each entry still lands whole and readable."""
+    syncs: list[str] = []
+    real_fsync = storage.atomic.os.fsync
+    monkeypatch.setattr(storage.atomic.os, "fsync",
+                        lambda fd: (syncs.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(storage.cache.os, "sync", lambda: syncs.append("sync"))
+    entries = [entry(cols) for cols in range(1, 41)]
+    stored = storage.cache.store_many(entries)
+    assert syncs == ["sync"]
+    assert [kept for kept, _ in stored] == [replace(e, runs=(), declared=()) for e in entries]
+    assert [storage.cache.read(path) for _, path in stored] == [kept for kept, _ in stored]
+    syncs.clear()
+    store(entry(41))  # one entry alone is written durably, as before
+    assert syncs.count("fsync") == 2 and "sync" not in syncs

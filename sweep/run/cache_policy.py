@@ -129,28 +129,28 @@ def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool
     run_dir = str(path.resolve())
     problems = spec.each_problem()
     each = [(problems[p], tally.problem(p)) for p in range(len(problems))]
+    entries = [cache.CacheEntry(
+        kernel=spec.kernel, kernel_source=spec.kernel_source,
+        problem=dict(problem), backend=backend, device=best.device,
+        # The interpreter ignores launch options: a pick among them is noise.
+        config={k: v for k, v in best.config.items() if k not in noise},
+        latency_ms=best.latency_ms, fingerprint=spec.fingerprint, run_dir=run_dir,
+        partial=partial, written_at=time.time(),
+        versions=versions.get(best.device) or here,
+        fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
+        declared=(spec.declared_fingerprint,), host=socket.gethostname(),
+        sources=dict(spec.kernel_files))
+        for problem, mine in each for best in mine.by_device.values()]
     try:
-        for problem, best in ((q, b) for q, mine in each for b in mine.by_device.values()):
-            # The interpreter ignores launch options: a pick among them is noise.
-            config = {k: v for k, v in best.config.items() if k not in noise}
-            kept, _ = cache.store(cache.CacheEntry(
-                kernel=spec.kernel, kernel_source=spec.kernel_source,
-                problem=dict(problem), backend=backend, device=best.device,
-                config=config, latency_ms=best.latency_ms,
-                fingerprint=spec.fingerprint, run_dir=run_dir,
-                partial=partial, written_at=time.time(),
-                versions=versions.get(best.device) or here,
-                fixed=dict(spec.fixed_as_written), runs=(spec.fingerprint,),
-                declared=(spec.declared_fingerprint,), host=socket.gethostname(),
-                sources=dict(spec.kernel_files)),
-                unfit=lambda held: not fits(spec, held))
+        stored = cache.store_many(entries, unfit=lambda held: not fits(spec, held))
+        for entry, (kept, _) in zip(entries, stored):
             if kept.run_dir != run_dir:
-                of = f" for {canonical_json(dict(problem))}" if spec.problems else ""
+                of = f" for {canonical_json(entry.problem)}" if spec.problems else ""
                 say(err, f"the best-config cache keeps its entry{of} from "
                          f"{printable(kept.run_dir, 4096)}"
                          f"{' (partial)' if kept.partial else ''}: {kept.latency_ms:.4g}"
                          f" ms on {printable(kept.device)}, this run's best "
-                         f"{best.latency_ms:.4g} ms")
+                         f"{entry.latency_ms:.4g} ms")
     except OSError as e:  # the run itself is done and written; only the cache missed it
         say(err, f"warning: the best-config cache was not updated ({e.strerror or e})")
 
