@@ -1,5 +1,5 @@
 """Third-party kernels on one GPU (the device tool's nvidia-h200): kernels from public
-packages, wrapped as README's "Your own kernel" tells a user (benchmarks/third_party/),
+packages, wrapped as docs/kernels.md tells a user (benchmarks/third_party/),
 each tuned with the whole `sweep run SPEC --out DIR --force` command, and the pick timed
 against the package's own launch config.
 

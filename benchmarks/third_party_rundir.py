@@ -140,7 +140,8 @@ def _timeouts(ran: list[Row], counts: dict[str, int]) -> dict[str, Any]:
         "fastest_neighbour_vs_best": quantiles([x["fastest_neighbour"]["vs_best"]
                                                 for x in stopped if x["fastest_neighbour"]]),
         "compile_ms_of_the_rest": quantiles([r["compile_ms"] for r in others]),
-        # Compiles under 50 ms found their binary in Triton's cache (README: Compile limit).
+        # Compiles under 50 ms found their binary in Triton's cache (docs/cluster.md,
+        # "On a GPU": Compile limit).
         "compile_ms_of_the_rest_over_50ms": quantiles([r["compile_ms"] for r in others
                                                        if r["compile_ms"] >= 50]),
         "ok_latency_ms": quantiles([r["latency_ms"] for r in ok]),

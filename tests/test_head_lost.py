@@ -100,7 +100,7 @@ def test_a_single_node_head_killed_mid_sweep_stops_within_the_bound_and_resumes(
                 stream.close()
     err, out = output.get("err", ""), output.get("out", "")
     said = f"exit {code} {took:.1f} s after the kill\nstdout:\n{out}\nstderr:\n{err[-3000:]}"
-    assert code == 1, said  # README: a cluster whose head was lost, exit 1
+    assert code == 1, said  # docs/cli.md, Exit codes: a cluster whose head was lost, exit 1
     assert took < STOP_BOUND_S, said
     # Ray names the head by the address its GCS gave itself, which may be another of
     # this machine's than the loopback one joined.

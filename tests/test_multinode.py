@@ -241,7 +241,7 @@ def test_the_head_killed_mid_sweep_the_driver_ends_with_what_it_has_and_resume_f
             failures.append(f"the driver was still running {HEAD_LOST_BOUND_S:g} s after the "
                             "head was killed (SIGKILLed by the test)")
             sweep.kill()
-        elif code != 1:  # README: exit 1, with the resume command
+        elif code != 1:  # docs/cli.md, Exit codes: exit 1, with the resume command
             failures.append(f"the driver exited {code}, not 1, after the head was lost")
         print(f"\nkilled the head at {at_kill}/{total} trials; the driver "
               f"{'exited ' + str(code) if code is not None else 'was killed'} "

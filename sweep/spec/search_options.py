@@ -1,4 +1,4 @@
-"""The spec's `search` section: which strategy, with which options (README, "Search").
+"""The spec's `search` section: which strategy, with which options (docs/spec.md, "Search").
 The strategies themselves are sweep/search/strategies.py's."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ OPTIONS_OF = {"budget": ("guided",), "patience": ("guided",), "improvement": ("g
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """The spec's `search` section (README, "Search")."""
+    """The spec's `search` section (docs/spec.md, "Search")."""
 
     strategy: str = "exhaustive"  # exhaustive | halving | guided
     seed: int = 0
