@@ -423,3 +423,21 @@ def test_a_complete_run_from_before_best_per_device_type_resumes_as_intact(
     rebuilt = json.loads((out / "best.json").read_text())
     assert rebuilt["by_device"] == {best["device"]: {
         "config": best["config"], "index": best["index"], "latency_ms": best["latency_ms"]}}
+
+
+def test_a_start_killed_between_its_spec_and_run_json_is_run_into_again(tmp_path, capsys):
+    """A SIGKILL after spec.yaml is written and before run.json leaves the sweep's own copy
+    of this very spec alone: `sweep run` into it again starts the run (a random kill in
+    start-up made the next `sweep run` refuse it); any other spec.yaml there is refused."""
+    spec = simulate_spec(tmp_path / "spec.yaml", space=SPACE)
+    done = tmp_path / "done"
+    assert sweep_cli("run", spec, "--out", done) == 0
+    capsys.readouterr()
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copyfile(done / "spec.yaml", out / "spec.yaml")  # what the start had written
+    other = simulate_spec(tmp_path / "other.yaml", space={"A": [1, 2]})
+    assert sweep_cli("run", other, "--out", out) == 2
+    assert "holds a run's files but no run.json" in one_error_line(capsys.readouterr().err)
+    assert sweep_cli("run", spec, "--out", out) == 0
+    assert (out / "run.json").exists() and (out / "trials.parquet").exists()

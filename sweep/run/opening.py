@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.lock import LOCK_NAME, RunDirLock
-from storage.readback import ReadBackError, open_regular
+from storage.readback import ReadBackError, open_regular, read_small
 from storage.snapshot import SnapshotError, read_snapshot
 from sweep.results.summary import resume_command
 from sweep.run import rundir
@@ -81,7 +81,7 @@ def open_new(spec_path: Path, out: Path | None, backend: str | None, command: st
         raise SpecError(f"--out: cannot create {path} ({e.strerror or e})") from None
     lock = _lock(path, command)
     try:
-        _check_room_for_a_run(RunDir(path), replace_run, say_line)
+        _check_room_for_a_run(RunDir(path), replace_run, say_line, spec.as_yaml())
     except BaseException:
         give_back(lock, created)
         raise
@@ -102,7 +102,9 @@ def open_new(spec_path: Path, out: Path | None, backend: str | None, command: st
 
 
 def _check_room_for_a_run(run: RunDir, replace_run: bool,
-                          say_line: Callable[[str], None]) -> None:
+                          say_line: Callable[[str], None], spec_yaml: str) -> None:
+    """spec_yaml: the spec.yaml this run writes. One standing there alone, byte for byte,
+    is what a start of the same run killed before its run.json left: taken, not refused."""
     path = run.path
     if run.meta.exists() and replace_run:
         aside = _move_aside(run)
@@ -111,7 +113,7 @@ def _check_room_for_a_run(run: RunDir, replace_run: bool,
         raise SpecError(f"{path}: already holds a run; continue it with: "
                         f"{resume_command(path)}, or start anew there with --force "
                         "(which moves it aside)")
-    if run.holds_run():
+    if run.holds_run() and not _this_start_cut_short(run, spec_yaml):
         raise SpecError(f"{path}: holds a run's files but no {rundir.META} (a start "
                         "cut short, or files of something else); choose another "
                         "--out, or remove them")
@@ -121,6 +123,15 @@ def _check_room_for_a_run(run: RunDir, replace_run: bool,
                                          else "")
         raise SpecError(f"--out {path}: not a run directory and not empty (it holds "
                         f"{shown}); choose a new or empty folder for the run")
+
+
+def _this_start_cut_short(run: RunDir, spec_yaml: str) -> bool:
+    if any(p.exists() for p in (run.meta, run.journal, run.trials)):
+        return False
+    try:
+        return read_small(run.spec, len(spec_yaml.encode())) == spec_yaml.encode()
+    except (OSError, ReadBackError):
+        return False
 
 
 def _the_sweeps(run: RunDir, name: str) -> bool:
