@@ -120,7 +120,9 @@ def check_one_line_per_death(done, out: Path, why: str) -> None:
     stdout holds the summary alone; the attempts and the crashed rows say the same."""
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("sweep sim: complete"), done.stdout
-    assert len(done.stdout.splitlines()) == 3, done.stdout  # the summary, nothing else
+    # the summary (head, best, results, next), nothing else
+    assert [line.split(":")[0].strip() for line in done.stdout.splitlines()[1:]] == \
+        ["best", "results", "next"], done.stdout
     died = [line for line in done.stderr.splitlines() if " died running trial " in line]
     assert died, done.stderr
     assert all(re.fullmatch(r"worker w\d+ died running trial \d+ \(attempt \d(, alone)?\): "
