@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,22 @@ def scalar(value: Any) -> bool:
     return isinstance(value, (str, bool)) or finite(value)
 
 
+# C0 (newlines and tabs among them), DEL, C1 (a lone 0x9b is a terminal's CSI), and the
+# bidirectional marks, overrides and isolates, which reorder what a line appears to say.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def escaped(text: str) -> str:
+    """text on one line with every control character escaped as JSON escapes it (\\n,
+    \\u001b): readable, and a JSON document stays one, meaning the same. The one rule for
+    text from a spec or a run directory (someone else's) on its way to a terminal."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+
+
 def printable(text: str, limit: int = 200) -> str:
-    """text as it may reach a terminal: control characters escaped, cut at limit."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """escaped(text), cut at limit."""
+    out = escaped(text)
     return out if len(out) <= limit else out[:limit] + "…"
 
 

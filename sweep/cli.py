@@ -70,7 +70,7 @@ def _one_line(message: str) -> str:
     return message
 
 
-COMMANDS = ("run", "resume", "report", "best", "submit")
+COMMANDS = ("run", "resume", "best", "report", "submit")  # as the parser adds them
 
 
 def _wrapped(text: str) -> str:

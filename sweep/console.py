@@ -5,21 +5,12 @@ neither rewrite the screen nor forge a line."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from rich.console import Console
 
-# C0 (newlines and tabs among them), DEL, C1 (a lone 0x9b is a terminal's CSI), and the
-# bidirectional marks, overrides and isolates, which reorder what a line appears to say.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
-
-
-def printable(text: str) -> str:
-    """`text` on one line with every control character escaped as JSON escapes it (\\n,
-    \\u001b): readable, and a JSON document stays one, meaning the same."""
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+# One escaping rule for every line a person reads (storage's own messages use it too).
+from storage.readback import escaped as printable
 
 
 def say(console: Console, text: str) -> None:

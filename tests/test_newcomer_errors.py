@@ -176,7 +176,7 @@ def test_version_prints_the_installed_version():
      "error: --top: expected an integer; got 'many' (sweep report --help says more)"),
     (["resume", "d", "--time-budget", "soon"],
      "error: --time-budget: expected a number; got 'soon' (sweep resume --help says more)"),
-    ([], "error: a command is required: one of run, resume, report, best, submit "
+    ([], "error: a command is required: one of run, resume, best, report, submit "
          "(sweep --help says more)"),
     (["runn"], "error: command: expected one of run, resume, best, report, submit; got 'runn' "
                "(sweep --help says more)"),
