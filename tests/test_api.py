@@ -73,7 +73,8 @@ def test_a_script_that_reads_the_table_last_exits_cleanly(tmp_path):
     scripts = [subprocess.Popen([sys.executable, "-c", READ_LAST, str(tmp_path / "run")],
                                 cwd=ROOT, stderr=subprocess.PIPE, text=True)
                for _ in range(8)]
-    ended = [(p.wait(60), p.stderr.read()[-500:]) for p in scripts if p.stderr]
+    # A hang guard only: eight interpreters at once start slowly on a busy machine.
+    ended = [(p.wait(180), p.stderr.read()[-500:]) for p in scripts if p.stderr]
     assert [rc for rc, _ in ended] == [0] * 8, ended
 def test_an_observer_that_raises_is_warned_about_once_and_the_run_is_unchanged(tmp_path):
     calls = []
