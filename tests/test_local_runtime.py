@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -49,8 +50,9 @@ def running(*args, **kwargs) -> Iterator[LocalRuntime]:
         runtime.close()
 
 
-def events_until(runtime: LocalRuntime, done, timeout: float = 30.0) -> list:
-    """Events until done(events) holds (the state awaited, never a time span)."""
+def events_until(runtime: LocalRuntime, done, timeout: float = 120.0) -> list:
+    """Events until done(events) holds (the state awaited, never a time span; the timeout
+    only ends a test that hangs, so it leaves a busy machine's start-ups ample room)."""
     seen: list = []
     deadline = time.monotonic() + timeout
     while not done(seen):
@@ -111,17 +113,23 @@ def test_a_worker_whose_start_up_raises_is_an_init_failure_in_one_line():
 
 
 def test_re_timing_on_a_worker_that_dies_meanwhile_is_abandoned_not_hung():
-    with running(settings(trial_ms=2000), Placement(workers=1)) as runtime:
+    # Its re-timing would take 10 minutes: the kill lands during it however late a busy
+    # machine runs the timer, and the wait ends with the death, not the 60 s limit.
+    with running(settings(trial_ms=200_000), Placement(workers=1)) as runtime:
         runtime.start("w1")
         events_until(runtime, lambda ev: any(isinstance(e, WorkerUp) for e in ev))
         pid = pid_of("w1", runtime)
-        killer = subprocess.Popen([sys.executable, "-c",
-                                   f"import os, time; time.sleep(0.5); os.kill({pid}, 9)"])
-        started = time.monotonic()
-        with pytest.raises(RetimeAbandoned, match="killed by SIGKILL"):
-            runtime.retime("w1", [{"A": 1}], 3, 60.0, lambda: False)
-        assert time.monotonic() - started < 10
-        killer.wait()
+        killed: list[float] = []
+        killer = threading.Timer(0.5, lambda: (os.kill(pid, signal.SIGKILL),
+                                               killed.append(time.monotonic())))
+        killer.start()
+        try:
+            with pytest.raises(RetimeAbandoned, match="killed by SIGKILL"):
+                runtime.retime("w1", [{"A": 1}], 3, 60.0, lambda: False)
+        finally:
+            killer.cancel()
+            killer.join()
+        assert time.monotonic() - killed[0] < 30
 
 
 def test_a_re_timing_given_up_never_answers_the_next_one():
@@ -144,7 +152,7 @@ def test_re_timing_on_a_worker_already_lost_is_abandoned_at_once_every_time():
             started = time.monotonic()
             with pytest.raises(RetimeAbandoned, match="was lost"):
                 runtime.retime("w1", [{"A": 1}], 1, 60.0, lambda: False)
-            assert time.monotonic() - started < 10
+            assert time.monotonic() - started < 30  # half its limit: room for a busy machine
         lost = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
         assert [type(e) for e in lost] == [WorkerLost]
 

@@ -119,7 +119,7 @@ def test_a_signal_while_the_local_ray_starts_ends_the_command_at_once(tmp_path, 
     _, err = proc.communicate(timeout=60)
     took = time.monotonic() - t0
     assert proc.returncode == code, err
-    assert took < 3, f"{took:.1f} s"
+    assert took < 15, f"{took:.1f} s"  # not the 30 s port wait; room for a busy machine
     assert "Traceback" not in err
     assert err.strip().endswith("stopped before the run started; nothing was written"), err
     assert not out.exists()

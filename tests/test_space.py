@@ -166,10 +166,11 @@ def test_config_json_column_of_a_million_configs_is_fast() -> None:
     space["s"] = ['a"b', "é", "x"]
     expanded = expand(space, [parse_constraint("p0 + p1 < 16", parameter_kinds(space))])
     indices = np.random.default_rng(0).permutation(len(expanded))[:1_000_000]
-    t0 = time.perf_counter()
+    # Processor time, not wall-clock: a busy machine stretches the one, not the other.
+    t0 = time.process_time()
     column = expanded.config_json_column(indices)
-    elapsed = time.perf_counter() - t0
-    print(f"config_json_column: {len(column):,} configs in {elapsed:.3f} s")
+    elapsed = time.process_time() - t0
+    print(f"config_json_column: {len(column):,} configs in {elapsed:.3f} s of CPU")
     assert len(column) == 1_000_000 and elapsed < 3.0
     sample = range(0, 1_000_000, 997)
     assert [column[i].as_py() for i in sample] == [expanded.config_json(indices[i])

@@ -55,10 +55,10 @@ def test_yaml_alias_bomb_is_refused_at_its_first_alias(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "bomb.yaml"
     spec.write_text(BOMB)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # processor time: a busy machine does not stretch it
     err = refusal(spec, capsys)
     assert err == f"error: {spec}: line 5: YAML aliases are not supported in a spec"
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
 
 
 def test_an_alias_anywhere_is_refused_with_its_line(tmp_path: Path) -> None:
@@ -103,11 +103,11 @@ def test_space_without_constraints_over_the_cap_is_refused_before_expanding(
     spec = tmp_path / "huge.yaml"
     spec.write_text(SIMULATE + "space: {A: " + str(list(range(5000))) + ", B: "
                     + str(list(range(2000))) + "}\n")
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # processor time: a busy machine does not stretch it
     with pytest.raises(SpecError, match=r"space: 10,000,000 configs after constraints \(of "
                                         r"10,000,000 points\); at most 5,000,000"):
         load_spec(spec).expand()
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
 
 
 EXPAND_50M = """

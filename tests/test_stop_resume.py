@@ -185,8 +185,9 @@ def test_a_second_signal_exits_at_once_and_loses_no_acknowledged_trial(where, tm
     journal_before = (out / "journal.jsonl").read_bytes()
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
-    proc.communicate(timeout=30)
-    assert proc.returncode == 130 and time.monotonic() - t0 < 10
+    proc.communicate(timeout=60)
+    # At once: well inside the 60 s drain it cut short, with room for a busy machine.
+    assert proc.returncode == 130 and time.monotonic() - t0 < 30
     assert "again: exiting now" in stderr_of(out)
     assert (out / "journal.jsonl").read_bytes().startswith(journal_before)
 

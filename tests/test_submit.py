@@ -384,7 +384,7 @@ def test_bad_input_is_one_line_and_submits_nothing(head, tmp_path, case):
     proc = subprocess.run(
         [sys.executable, "-m", "sweep", "submit", *map(str, args), "--address", address],
         cwd=work, capture_output=True, text=True, timeout=60, env={**head.env, **env})
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 30  # refused before any upload; room for a busy start-up
     assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, expected, "")
     assert head.submission_ids() == before
 

@@ -134,5 +134,5 @@ def test_a_wrong_token_found_here_is_refused_in_one_line(head, tmp_path):
     assert lines[1].endswith(f":{head.port} uses token authentication and refused the token "
                              "in RAY_AUTH_TOKEN; use the cluster's token (`ray get-auth-token` "
                              "on the head prints it)"), lines[1]
-    assert took < 10  # not Ray's 20 tries over 20 s
+    assert took < 15  # not Ray's 20 tries over 20 s; room for a busy start-up
     assert not (tmp_path / "run").exists()

@@ -44,6 +44,7 @@ from sweep.run.assembly import (
     retried,
     worker_settings,
 )
+from sweep.run.budget import TimeBudget
 from sweep.run.cache_policy import CacheAnswers
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
@@ -80,7 +81,7 @@ class _Outcome:
     finish: Finish
     driver: Driver | None
     lost: ClusterLost | None
-    deadline: float | None
+    budget: TimeBudget
 
 
 @dataclass
@@ -272,10 +273,9 @@ class Session:
         if stop.requested and not self.meta:
             self.io.note("stopped before the run started; nothing was written")
             return stop.exit_code
-        budget = request.time_budget_s
-        if not self.meta and budget is not None and time.monotonic() >= t0 + budget:
-            self.io.note(f"the time budget of {budget:g} s was spent before the run "
-                         "started; nothing was written")
+        if not self.meta and TimeBudget(t0, request.time_budget_s).spent():
+            self.io.note(f"the time budget of {request.time_budget_s:g} s was spent before "
+                         "the run started; nothing was written")
             return EXIT_OK
         cache_policy.say_gone(self.io.err, self.answers.gone)
         return None
@@ -303,13 +303,12 @@ class Session:
                 spec, tally, "running", timeline=self.timeline, earlier=self.earlier))
             checkpoint.maybe_start()
 
-        budget = request.time_budget_s
-        deadline = t0 + budget if budget is not None else None
+        budget = TimeBudget(t0, request.time_budget_s)
 
         def should_stop() -> bool:
-            return stop.requested or (deadline is not None and time.monotonic() >= deadline)
+            return stop.requested or budget.spent()
 
-        drove = _Outcome("failed", work, Finish(), None, None, deadline)
+        drove = _Outcome("failed", work, Finish(), None, None, budget)
         in_flight = True  # an exception is on its way out of the try below
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", timeline=self.timeline,
@@ -378,8 +377,7 @@ class Session:
         unsettled = drove.finish.unsettled
         # A retry stopped partway goes on only if asked again: say so in the hint.
         again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
-        spent_budget = state == "interrupted" and not stop.requested and \
-            drove.deadline is not None and time.monotonic() >= drove.deadline
+        spent_budget = state == "interrupted" and not stop.requested and drove.budget.spent()
         self.ending = Ending(state)
         # Cached before the summary is printed: a closed stdout (`| head -1`) must not
         # lose it.
