@@ -248,7 +248,7 @@ def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | 
         stop.restore()
         for observer in request.observers:
             if isinstance(observer, TrialsJsonl):
-                observer.close()
+                observer.close(lambda: stop.requested)
     result = _result(session, code, time.monotonic() - started)
     if result.complete:  # the signal came as the run ended: it changes nothing
         return result

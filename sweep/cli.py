@@ -257,7 +257,7 @@ def _main(args: argparse.Namespace, stop: StopController, io: Output, started: f
                                  shut_down=not own_process)
         finally:
             for observer in watching:
-                observer.close()
+                observer.close(lambda: stop.requested)
         return code
     except (SpecError, JournalError, RunDirBusy) as e:
         # JournalError: a run directory damaged beyond its torn last line; touch nothing.

@@ -160,23 +160,23 @@ def config_for(problem: Mapping[str, Any], device: str | None = None
     None where no tuned problem is alike (another dtype, say). device: a name of DEVICES,
     for that device type's best (None where it tuned nothing alike); by default each
     problem's fastest. The rule is triton-sweep's tuned_config's. A tuned problem is a
-    dict lookup; another's answer is found once and remembered."""
+    dict lookup; another's answer is found once and remembered (see _ANSWERS)."""
     asked = {**DEFAULTS, **problem}
     if frozenset(asked) not in _KEY_SETS:
         raise ValueError(f"config_for: expected the problem keys {', '.join(KEYS)} (those "
                          f"of DEFAULTS may be left out), got {', '.join(map(str, problem))}")
-    try:
+    key = None
+    if all(type(v) in _PLAIN for v in asked.values()) and type(device) in _PLAIN:
         key = (tuple(sorted(asked.items())), device)
-        hash(key)
-    except TypeError:  # a value no tuned problem holds (a list, a tensor): found each time
-        key = None
     if key is not None and key in _ANSWERS:
         config = _ANSWERS[key]
-    else:
+    else:  # another value (a list, a tensor, a numpy int) is found each time, never kept
         config = _exact(asked, device) if key is not None else None
         if config is None:
             config = _nearest(asked, device)
         if key is not None:
+            if len(_ANSWERS) >= MEMO_CAP:  # a bound: a run asking ever new sizes
+                _ANSWERS.clear()
             _ANSWERS[key] = config
     return dict(config) if config is not None else None
 
@@ -206,10 +206,14 @@ def _nearest(asked: Mapping[str, Any], device: str | None) -> Any:
     return min(found, key=lambda f: (f[0], f[1]))[2]
 
 
-# The tuned problems by their items, the key sets they use, and each answer given so far
-# (by the problem asked and the device): a launch's lookup is a dict's, not a scan.
+# The tuned problems by their items, the key sets they use, and the answers given so far
+# (by the problem asked and the device; at most MEMO_CAP, and only of problems whose every
+# value is of the exact types in _PLAIN, which hash by value: a tensor, hashed by its
+# identity, would be kept for ever): a launch's lookup is a dict's, not a scan.
 _ROWS = {tuple(sorted(row["problem"].items())): row for row in TABLE}
 _KEY_SETS = {frozenset(row["problem"]) for row in TABLE}
+_PLAIN = (str, int, float, bool, type(None))
+MEMO_CAP = 4096
 _ANSWERS: dict[Any, Any] = {}
 
 

@@ -13,7 +13,9 @@ import contextlib
 import errno
 import json
 import os
+import select
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -68,7 +70,7 @@ class TrialCallback:
     def on_event(self, message: str) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, stopping: Callable[[], bool] = lambda: False) -> None:
         pass
 
 
@@ -77,11 +79,14 @@ class TrialsJsonl:
     `tail -f` sees trials as they finish). The run's own record is the journal: a write
     that fails here (a full disk) is reported once and the stream ends there.
 
-    The sweep never waits for a reader: to a FIFO or pipe the lines are written without
-    blocking, and what its reader has not taken yet waits here, up to MAX_PENDING bytes;
-    a reader that falls further behind is let go (said once; the run goes on)."""
+    The sweep never waits for a reader while it runs: to a FIFO or pipe the lines are
+    written without blocking, and what its reader has not taken yet waits here, up to
+    MAX_PENDING bytes; a reader that falls further behind is let go (said once; the run
+    goes on). At close a slow reader is waited for, up to WAIT_S seconds: what it has not
+    taken by then is let go, and how many lines that was is said."""
 
     MAX_PENDING = 256 * 1024
+    WAIT_S = 5.0
 
     def __init__(self, path: Path, report: Callable[[str], None] = warn) -> None:
         """Raises OSError for a path that cannot be written; creates nothing until the
@@ -109,12 +114,12 @@ class TrialsJsonl:
                                      for r in records).encode()
             self._write()
         except OSError as e:
-            self.close()
+            self._end()
             self._report(f"trials JSONL {self.path}: {e.strerror or e}; no more trials are "
                          "written there (the run goes on)")
             return
         if len(self._pending) > self.MAX_PENDING:
-            self.close()
+            self._end()
             self._report(f"trials JSONL {self.path}: its reader has stopped reading; no "
                          "more trials are written there (the run goes on)")
 
@@ -131,11 +136,43 @@ class TrialsJsonl:
     def on_event(self, message: str) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, stopping: Callable[[], bool] = lambda: False) -> None:
+        """The stream ends, once its reader has taken what is pending or WAIT_S seconds
+        have passed, or a stop is asked for (stopping() turns true) in the meantime: the
+        user wants out. A stop asked for before does not cut the wait short: that stop
+        ended the run and waited for its trials, whose lines these are."""
+        if self._closed or self._fd is None:
+            self._end()
+            return
+        asked_before = stopping()
+        deadline = time.monotonic() + self.WAIT_S
+        writable = select.poll()
+        writable.register(self._fd, select.POLLOUT)
+        try:
+            self._write()
+            while self._pending and not (stopping() and not asked_before):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                # In slices, to see a stop asked for; a reader gone wakes it (POLLERR), and
+                # the write then fails.
+                writable.poll(min(left, 0.1) * 1000)
+                self._write()
+        except OSError:
+            pass  # its reader is gone: what is left is let go, below
+        finally:
+            lost = self._pending.count(b"\n")
+            self._end()
+            if lost:
+                self._report(f"trials JSONL {self.path}: its reader did not take the last "
+                             f"{lost} line{'s' if lost != 1 else ''}; they are not written "
+                             "there (the journal holds every trial)")
+
+    def _end(self) -> None:
+        """Closes the file at once; what is pending is let go."""
         self._closed = True
+        self._pending = b""
         if self._fd is not None:
-            with contextlib.suppress(OSError):
-                self._write()  # what the reader has room for; the rest is let go
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None

@@ -158,6 +158,37 @@ def test_the_dispatch_modules_lookup_is_a_dict_for_a_tuned_problem_and_remembere
     assert module.config_for({"M": [16]}) is None  # no tuned problem is alike
 
 
+class Tensorish(int):
+    """A size that hashes by its identity, as a torch.Tensor does."""
+
+    __hash__ = object.__hash__
+
+
+def test_the_dispatch_modules_memo_keeps_no_identity_hashed_value_and_stays_under_its_cap(
+        tmp_path):
+    import importlib.util
+
+    from sweep.dispatch import Table, Tuned, module_text
+
+    table = Table(kernel="k", name="n", run_dir="/r", fingerprint="f", started_at=0.0,
+                  partial=False, defaults={}, launch_options=(),
+                  problems=[Tuned({"M": m}, {"BLOCK": m}, "GPU", 1.0, i)
+                            for i, m in enumerate((16, 64))])
+    path = tmp_path / "k.py"
+    path.write_text(module_text(table))
+    spec = importlib.util.spec_from_file_location("dispatch_memo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for _ in range(3):
+        assert module.config_for({"M": Tensorish(60)}) == {"BLOCK": 64}
+    assert module._ANSWERS == {}  # each would be a new key, kept for ever
+    for m in range(1, 3 * module.MEMO_CAP):
+        module.config_for({"M": m})
+        assert len(module._ANSWERS) <= module.MEMO_CAP
+    assert module.config_for({"M": 17}) == {"BLOCK": 16}  # and it still answers
+
+
 def test_sweep_best_names_an_entrys_file_where_it_is():
     from sweep.best import _where
 

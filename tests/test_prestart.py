@@ -73,6 +73,7 @@ def test_a_command_killed_while_its_launchers_import_leaves_none_and_no_folder_a
         deadline = time.monotonic() + 120
         while not processes_naming(tmp):  # a launcher started: it is importing torch
             assert command.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)  # a poll interval: the command under test needs the cores
         os.kill(command.pid, signal.SIGKILL)
         command.wait()
         deadline = time.monotonic() + 120  # each launcher ends once it looks up
@@ -91,3 +92,28 @@ def test_a_command_killed_while_its_launchers_import_leaves_none_and_no_folder_a
     finally:
         prestart.close()
     assert list(tmp.iterdir()) == []
+
+
+def a_dead_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
+
+
+def test_a_folder_whose_lock_is_free_is_removed_only_once_the_pid_in_its_name_is_dead(
+        tmp_path, monkeypatch):
+    # Its command made it a moment ago and has not taken its lock yet: it must stay.
+    starting = tmp_path / f"sweep-prestart-{os.getpid()}-starting"
+    starting.mkdir()
+    (starting / ".owner").touch()  # free: nobody holds its lock
+    gone = tmp_path / f"sweep-prestart-{a_dead_pid()}-gone"
+    gone.mkdir()
+    (gone / ".owner").touch()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    prestart = Prestart.begin_interpret(SETTINGS, 1)
+    try:
+        assert starting.exists() and (starting / ".owner").exists()
+        assert not gone.exists()
+    finally:
+        prestart.close()

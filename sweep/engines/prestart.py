@@ -168,13 +168,16 @@ _HELD: dict[Path, int] = {}  # this process's folders: the lock's file, open til
 
 
 def _abandoned(folder: Path) -> bool:
-    """Whether the command that made folder is gone: its lock is free, or (a folder made a
-    moment ago, before its lock) the pid its name carries runs no more."""
+    """Whether the command that made folder is gone: the pid its name carries runs no more
+    and its lock is free. A free lock alone is not enough: a command starting this very
+    moment has made its folder but not yet taken its lock."""
     pid = folder.name[len(PREFIX):].partition("-")[0]
+    if not pid.isdigit() or child.alive(int(pid)):
+        return False
     try:
         held = os.open(folder / OWNER, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
-        return pid.isdigit() and not child.alive(int(pid))
+        return True  # it died before its lock
     except OSError:
         return False  # another user's, or not a folder: not ours to judge
     try:
