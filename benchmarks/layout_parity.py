@@ -9,6 +9,7 @@ and per command the median of the pairs' ratios (this checkout / baseline), wher
 no change.
 
 Usage: python benchmarks/layout_parity.py --baseline DIR [--pairs 5] [--out benchmarks/results]
+                                          [--name layout_parity]
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, required=True)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--name", default="layout_parity",
+                    help="the result's name (benchmarks/results/NAME-DATE.json)")
     args = ap.parse_args()
     baseline = args.baseline.resolve()
-    result = {**record.header("layout_parity"), "baseline": str(baseline),
+    result = {**record.header(args.name), "baseline": str(baseline),
               "baseline_commit": subprocess.run(
                   ["git", "-C", str(baseline), "rev-parse", "HEAD"], capture_output=True,
                   text=True).stdout.strip(), "commands": {}}
