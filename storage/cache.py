@@ -20,7 +20,10 @@ folders by the next write to the cache.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -256,27 +259,104 @@ def store_many(entries: Sequence[CacheEntry], root: Path | None = None,
                unfit: Callable[[CacheEntry], bool] | None = None
                ) -> list[tuple[CacheEntry, Path]]:
     """store() for each entry (a run over many problems), under one hold of the lock. The
-    files of a batch are made durable together by one sync at its end, not two fsyncs
-    each (10,000 problems' entries spent most of a minute in fsyncs): until then a crash
-    can leave an entry torn, and a torn entry is read as a miss."""
+    files of a batch are made durable together at its end (_sync_batch), not by two
+    fsyncs each (10,000 problems' entries spent most of a minute in fsyncs): until then a
+    crash can leave an entry torn, and a torn entry is read as a miss."""
     root = root or cache_dir()
     batch = len(entries) > 1
     kept_paths: list[tuple[CacheEntry, Path]] = []
-    root.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    touched: set[Path] = set()
+
+    def make_dirs(folder: Path) -> None:
+        made = _make_dirs(folder)
+        if not batch:  # the new folders' names are durable before the entry in them
+            _fsync_dirs(made)
+        touched.update(made)
+
+    make_dirs(root)
     with _locked(root):
         _move_flat_entries(root)
         for entry in entries:
             path = entry.path(root)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)
             held = read(path) if path.exists() else None
             kept = _kept(entry, held, unfit)
             if kept != held:
                 data = (json.dumps(asdict(kept), indent=2) + "\n").encode()
                 write_bytes_atomically(path, data, durable=not batch)
+                written.append(path)
+                touched.add(path.parent)
             kept_paths.append((kept, path))
         if batch:
-            os.sync()
+            _sync_batch(root, written, touched)
     return kept_paths
+
+
+def _make_dirs(folder: Path) -> list[Path]:
+    """mkdir -p, returning the folders whose listing it changed (each new folder's
+    parent): what must be fsynced for the new folders to survive a crash."""
+    missing: list[Path] = []
+    for d in (folder, *folder.parents):
+        if d.is_dir():
+            break
+        missing.append(d)
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another writer made it first
+            d.mkdir()
+    return [d.parent for d in reversed(missing)]
+
+
+def _fsync_dirs(folders: Iterable[Path]) -> None:
+    for d in folders:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _sync_batch(root: Path, written: Sequence[Path], touched: Iterable[Path]) -> None:
+    """Make a batch's files and folders durable: syncfs(2) of the cache's filesystem
+    alone (not os.sync(), which flushes every filesystem and cannot be interrupted), or
+    where there is none, an fsync of each file written and each folder touched."""
+    if _syncfs(root):
+        return
+    for path in written:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _fsync_dirs(sorted(set(touched)))
+
+
+@functools.cache
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs (Linux); None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def _syncfs(root: Path) -> bool:
+    """syncfs(2) of root's filesystem; False where the system has none."""
+    syncfs = _libc_syncfs()
+    if syncfs is None:
+        return False
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            if err == errno.ENOSYS:
+                return False
+            raise OSError(err, os.strerror(err), str(root))
+    finally:
+        os.close(fd)
+    return True
 
 
 def _kept(entry: CacheEntry, held: CacheEntry | None,
@@ -359,9 +439,51 @@ def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],
            root: Path | None = None) -> list[CacheEntry]:
     """Every cached best for this kernel, problem and fixed arguments, on any backend,
     device and versions."""
-    want = (kernel_source, dict(problem), dict(fixed or {}))
-    return [e for e in of_kernel(kernel, root)
-            if (e.kernel_source, dict(e.problem), dict(e.fixed)) == want]
+    return lookup_many(kernel, kernel_source, [problem], fixed, root)[0]
+
+
+def lookup_many(kernel: str, kernel_source: str, problems: Sequence[Mapping[str, Any]],
+                fixed: Mapping[str, Any] | None = None,
+                root: Path | None = None) -> list[list[CacheEntry]]:
+    """lookup() of each problem (a sweep over many), in their order. Each group of the
+    kernel's (a backend, device and versions) is learnt from one of its entries, and then
+    each problem's entry there is the one file its key names: N problems read about N
+    files a group, however many entries the kernel has."""
+    root = root or cache_dir()
+    fixed = dict(fixed or {})
+    asked = {canonical_json(dict(p)): dict(p) for p in problems}
+    found: dict[str, list[CacheEntry]] = {form: [] for form in asked}
+    for group in _groups(root / _kernel_folder(kernel)):
+        if (group.kernel, group.kernel_source, dict(group.fixed)) != \
+                (kernel, kernel_source, fixed):
+            continue
+        folder = group.path(root).parent
+        for form, hits in found.items():
+            key = entry_key(kernel, kernel_source, asked[form], group.backend,
+                            group.device, group.versions, fixed)
+            e = read(folder / f"{key}.json")
+            if e is not None:
+                hits.append(e)
+    for e in _flat(root, kernel):  # an earlier version's, until the next write moves them
+        form = canonical_json(dict(e.problem))
+        if form in found and (e.kernel_source, dict(e.fixed)) == (kernel_source, fixed):
+            found[form].append(e)
+    return [found[canonical_json(dict(p))] for p in problems]
+
+
+def _groups(kernel_folder: Path) -> Iterator[CacheEntry]:
+    """One entry of each of a kernel's groups (the first readable one): what the group
+    holds, as its folder's name is a hash of it."""
+    try:
+        folders = sorted(d for d in kernel_folder.iterdir() if d.is_dir())
+    except OSError:  # no entries of this kernel yet
+        return
+    for folder in folders:
+        for path in sorted(folder.glob("*.json")):
+            e = read(path)
+            if e is not None and e.path(kernel_folder.parent) == path:
+                yield e
+                break
 
 
 def answering(entries: list[CacheEntry], devices: Sequence[tuple[str, Mapping[str, str]]]
