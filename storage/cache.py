@@ -20,10 +20,7 @@ folders by the next write to the cache.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import fcntl
-import functools
 import hashlib
 import json
 import math
@@ -36,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
+from storage.durable import fsync_dirs, make_dirs, sync_batch
 from storage.readback import ReadBackError, finite, read_json, scalar
 from storage.records import canonical_json
 from storage.versions import installed_versions
@@ -259,7 +257,7 @@ def store_many(entries: Sequence[CacheEntry], root: Path | None = None,
                unfit: Callable[[CacheEntry], bool] | None = None
                ) -> list[tuple[CacheEntry, Path]]:
     """store() for each entry (a run over many problems), under one hold of the lock. The
-    files of a batch are made durable together at its end (_sync_batch), not by two
+    files of a batch are made durable together at its end (sync_batch), not by two
     fsyncs each (10,000 problems' entries spent most of a minute in fsyncs): until then a
     crash can leave an entry torn, and a torn entry is read as a miss."""
     root = root or cache_dir()
@@ -268,18 +266,18 @@ def store_many(entries: Sequence[CacheEntry], root: Path | None = None,
     written: list[Path] = []
     touched: set[Path] = set()
 
-    def make_dirs(folder: Path) -> None:
-        made = _make_dirs(folder)
+    def make(folder: Path) -> None:
+        parents = make_dirs(folder)
         if not batch:  # the new folders' names are durable before the entry in them
-            _fsync_dirs(made)
-        touched.update(made)
+            fsync_dirs(parents)
+        touched.update(parents)
 
-    make_dirs(root)
+    make(root)
     with _locked(root):
         _move_flat_entries(root)
         for entry in entries:
             path = entry.path(root)
-            make_dirs(path.parent)
+            make(path.parent)
             held = read(path) if path.exists() else None
             kept = _kept(entry, held, unfit)
             if kept != held:
@@ -289,74 +287,8 @@ def store_many(entries: Sequence[CacheEntry], root: Path | None = None,
                 touched.add(path.parent)
             kept_paths.append((kept, path))
         if batch:
-            _sync_batch(root, written, touched)
+            sync_batch(root, written, touched)
     return kept_paths
-
-
-def _make_dirs(folder: Path) -> list[Path]:
-    """mkdir -p, returning the folders whose listing it changed (each new folder's
-    parent): what must be fsynced for the new folders to survive a crash."""
-    missing: list[Path] = []
-    for d in (folder, *folder.parents):
-        if d.is_dir():
-            break
-        missing.append(d)
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another writer made it first
-            d.mkdir()
-    return [d.parent for d in reversed(missing)]
-
-
-def _fsync_dirs(folders: Iterable[Path]) -> None:
-    for d in folders:
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _sync_batch(root: Path, written: Sequence[Path], touched: Iterable[Path]) -> None:
-    """Make a batch's files and folders durable: syncfs(2) of the cache's filesystem
-    alone (not os.sync(), which flushes every filesystem and cannot be interrupted), or
-    where there is none, an fsync of each file written and each folder touched."""
-    if _syncfs(root):
-        return
-    for path in written:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    _fsync_dirs(sorted(set(touched)))
-
-
-@functools.cache
-def _libc_syncfs() -> Callable[[int], int] | None:
-    """libc's syncfs (Linux); None where the C library has none."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-    return fn
-
-
-def _syncfs(root: Path) -> bool:
-    """syncfs(2) of root's filesystem; False where the system has none."""
-    syncfs = _libc_syncfs()
-    if syncfs is None:
-        return False
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            if err == errno.ENOSYS:
-                return False
-            raise OSError(err, os.strerror(err), str(root))
-    finally:
-        os.close(fd)
-    return True
 
 
 def _kept(entry: CacheEntry, held: CacheEntry | None,

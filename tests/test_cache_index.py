@@ -15,6 +15,7 @@ import pytest
 
 import storage.atomic
 import storage.cache
+import storage.durable
 from storage.cache import CacheEntry, cache_dir, library_versions, of_kernel, store
 from sweep.tuned import tuned_config, tuned_entry
 
@@ -180,14 +181,14 @@ def test_a_run_over_many_problems_makes_its_entries_durable_at_once(monkeypatch)
     monkeypatch.setattr(storage.atomic.os, "fsync",
                         lambda fd: (syncs.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(storage.cache.os, "sync", lambda: syncs.append("sync"))
-    real_syncfs = storage.cache._libc_syncfs()
+    real_syncfs = storage.durable._libc_syncfs()
     assert real_syncfs is not None  # Linux's libc has it
 
     def counted(fd: int) -> int:
         syncs.append(("syncfs", os.stat(f"/proc/self/fd/{fd}").st_ino))
         return real_syncfs(fd)
 
-    monkeypatch.setattr(storage.cache, "_libc_syncfs", lambda: counted)
+    monkeypatch.setattr(storage.durable, "_libc_syncfs", lambda: counted)
     entries = [entry(cols) for cols in range(1, 41)]
     stored = storage.cache.store_many(entries)
     assert syncs == [("syncfs", cache_dir().stat().st_ino)]  # of the cache's folder
@@ -210,7 +211,7 @@ def test_without_syncfs_a_batch_fsyncs_each_file_and_folder_it_wrote(monkeypatch
 
     monkeypatch.setattr(storage.cache.os, "fsync", counted)
     monkeypatch.setattr(storage.cache.os, "sync", lambda: fsynced.append(Path("sync")))
-    monkeypatch.setattr(storage.cache, "_libc_syncfs", lambda: None)
+    monkeypatch.setattr(storage.durable, "_libc_syncfs", lambda: None)
     entries = [entry(cols) for cols in range(1, 11)]
     stored = storage.cache.store_many(entries)
     group = entries[0].path().parent
