@@ -207,12 +207,12 @@ def _merged_problem(run: RunDir, fingerprint: str,
     import pyarrow as pa
 
     from storage.readback import scalar
-    from storage.table import read_parquet
+    from storage.table import read_parquet_schema
     from sweep.spec import SpecError
 
     problem: Any = None
     try:
-        info = read_parquet(run.trials, columns=[]).schema.metadata or {}
+        info = read_parquet_schema(run.trials).metadata or {}
         if info.get(b"fingerprint") == fingerprint.encode():
             problem = json.loads(info[b"spec"])["problem"]
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
