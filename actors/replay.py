@@ -46,10 +46,34 @@ class Recorded:
         return self.status == "compile_error" or self.compile_s == float("inf")
 
 
-def _read(options: Mapping[str, Any]) -> dict[str, Recorded]:
-    import pyarrow.parquet as pq
+class ReplayTableError(ValueError):
+    """The recorded table cannot be played back: one line naming it (the spec's check of
+    it passed, so something replaced it since)."""
 
-    rows = pq.read_table(options["table"], columns=list(REPLAY_COLUMNS)).to_pylist()
+
+def _rows(table: str) -> list[dict[str, Any]]:
+    """The recorded table's rows, read through the descriptor checked to be a regular
+    file (storage/table.py): pyarrow's own open by path calls a FIFO missing, and blocks
+    on one swapped in after its check."""
+    import pyarrow as pa
+
+    from storage.readback import ReadBackError
+    from storage.table import read_parquet
+
+    try:
+        data = read_parquet(table)
+    except (OSError, ValueError, pa.ArrowException) as e:  # ArrowInvalid is a ValueError
+        why = e.why if isinstance(e, ReadBackError) else getattr(e, "strerror", None) or e
+        raise ReplayTableError(f"cannot read {table} as Parquet ({why})") from None
+    missing = [c for c in REPLAY_COLUMNS if c not in data.column_names]
+    if missing:
+        raise ReplayTableError(f"{table} lacks the column(s) {', '.join(missing)} of a "
+                               "trial table")
+    return data.select(list(REPLAY_COLUMNS)).to_pylist()
+
+
+def _read(options: Mapping[str, Any]) -> dict[str, Recorded]:
+    rows = _rows(options["table"])
     scale = float(options.get("time_scale", 1.0))
     table = {}
     for row in rows:

@@ -16,7 +16,7 @@ def replace_atomically(path: Path, write: Callable[[str], object],
                        durable: bool = True) -> None:
     """Call write(temp_path) to fill a temp file (its result is ignored), then move it over
     path durably. durable=False leaves the fsyncs to the caller, who writes many files and
-    then makes them durable at once (os.sync)."""
+    then makes them durable at once (storage/durable.py)."""
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.atomic import write_bytes_atomically
+from storage.durable import fsync_dirs, make_dirs, sync_batch
 from storage.readback import ReadBackError, finite, read_json, scalar
 from storage.records import canonical_json
 from storage.versions import installed_versions
@@ -256,26 +257,37 @@ def store_many(entries: Sequence[CacheEntry], root: Path | None = None,
                unfit: Callable[[CacheEntry], bool] | None = None
                ) -> list[tuple[CacheEntry, Path]]:
     """store() for each entry (a run over many problems), under one hold of the lock. The
-    files of a batch are made durable together by one sync at its end, not two fsyncs
-    each (10,000 problems' entries spent most of a minute in fsyncs): until then a crash
-    can leave an entry torn, and a torn entry is read as a miss."""
+    files of a batch are made durable together at its end (sync_batch), not by two
+    fsyncs each (10,000 problems' entries spent most of a minute in fsyncs): until then a
+    crash can leave an entry torn, and a torn entry is read as a miss."""
     root = root or cache_dir()
     batch = len(entries) > 1
     kept_paths: list[tuple[CacheEntry, Path]] = []
-    root.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    touched: set[Path] = set()
+
+    def make(folder: Path) -> None:
+        parents = make_dirs(folder)
+        if not batch:  # the new folders' names are durable before the entry in them
+            fsync_dirs(parents)
+        touched.update(parents)
+
+    make(root)
     with _locked(root):
         _move_flat_entries(root)
         for entry in entries:
             path = entry.path(root)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make(path.parent)
             held = read(path) if path.exists() else None
             kept = _kept(entry, held, unfit)
             if kept != held:
                 data = (json.dumps(asdict(kept), indent=2) + "\n").encode()
                 write_bytes_atomically(path, data, durable=not batch)
+                written.append(path)
+                touched.add(path.parent)
             kept_paths.append((kept, path))
         if batch:
-            os.sync()
+            sync_batch(root, written, touched)
     return kept_paths
 
 
@@ -359,9 +371,51 @@ def lookup(kernel: str, kernel_source: str, problem: Mapping[str, Any],
            root: Path | None = None) -> list[CacheEntry]:
     """Every cached best for this kernel, problem and fixed arguments, on any backend,
     device and versions."""
-    want = (kernel_source, dict(problem), dict(fixed or {}))
-    return [e for e in of_kernel(kernel, root)
-            if (e.kernel_source, dict(e.problem), dict(e.fixed)) == want]
+    return lookup_many(kernel, kernel_source, [problem], fixed, root)[0]
+
+
+def lookup_many(kernel: str, kernel_source: str, problems: Sequence[Mapping[str, Any]],
+                fixed: Mapping[str, Any] | None = None,
+                root: Path | None = None) -> list[list[CacheEntry]]:
+    """lookup() of each problem (a sweep over many), in their order. Each group of the
+    kernel's (a backend, device and versions) is learnt from one of its entries, and then
+    each problem's entry there is the one file its key names: N problems read about N
+    files a group, however many entries the kernel has."""
+    root = root or cache_dir()
+    fixed = dict(fixed or {})
+    asked = {canonical_json(dict(p)): dict(p) for p in problems}
+    found: dict[str, list[CacheEntry]] = {form: [] for form in asked}
+    for group in _groups(root / _kernel_folder(kernel)):
+        if (group.kernel, group.kernel_source, dict(group.fixed)) != \
+                (kernel, kernel_source, fixed):
+            continue
+        folder = group.path(root).parent
+        for form, hits in found.items():
+            key = entry_key(kernel, kernel_source, asked[form], group.backend,
+                            group.device, group.versions, fixed)
+            e = read(folder / f"{key}.json")
+            if e is not None:
+                hits.append(e)
+    for e in _flat(root, kernel):  # an earlier version's, until the next write moves them
+        form = canonical_json(dict(e.problem))
+        if form in found and (e.kernel_source, dict(e.fixed)) == (kernel_source, fixed):
+            found[form].append(e)
+    return [found[canonical_json(dict(p))] for p in problems]
+
+
+def _groups(kernel_folder: Path) -> Iterator[CacheEntry]:
+    """One entry of each of a kernel's groups (the first readable one): what the group
+    holds, as its folder's name is a hash of it."""
+    try:
+        folders = sorted(d for d in kernel_folder.iterdir() if d.is_dir())
+    except OSError:  # no entries of this kernel yet
+        return
+    for folder in folders:
+        for path in sorted(folder.glob("*.json")):
+            e = read(path)
+            if e is not None and e.path(kernel_folder.parent) == path:
+                yield e
+                break
 
 
 def answering(entries: list[CacheEntry], devices: Sequence[tuple[str, Mapping[str, str]]]

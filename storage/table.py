@@ -83,7 +83,17 @@ def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.T
     ReadBackError for anything else standing there; pyarrow's errors for a damaged file."""
     with os.fdopen(open_regular(path), "rb") as f:
         data = _arrow_owned(f)
-    return pq.read_table(pa.BufferReader(data), columns=list(columns) if columns else None)
+    # columns=[]: the schema and row count alone, not every column.
+    return pq.read_table(pa.BufferReader(data),
+                         columns=list(columns) if columns is not None else None)
+
+
+def read_parquet_schema(path: Path | str) -> pa.Schema:
+    """The schema (and its metadata) of a Parquet file, read as read_parquet reads the
+    file, with the same errors."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        data = _arrow_owned(f)
+    return pq.read_schema(pa.BufferReader(data))
 
 
 def _arrow_owned(f: object) -> pa.Buffer:

@@ -101,13 +101,14 @@ def _run_doc(path: Path) -> dict[str, Any]:
 
 
 def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
-    from storage.cache import cache_dir, lookup
+    from storage.cache import cache_dir, lookup_many
     from sweep.spec import load_spec
 
     spec = load_spec(path)
-    found = [e for problem in spec.each_problem()  # each of a sweep over problems
-             for e in lookup(spec.kernel, spec.kernel_source, problem, spec.fixed_as_written)]
-    order = [dict(p) for p in spec.each_problem()]
+    # Each of a sweep over problems, by its place in the spec's order.
+    found = [(p, e) for p, hits in enumerate(lookup_many(
+        spec.kernel, spec.kernel_source, spec.each_problem(), spec.fixed_as_written))
+        for e in hits]
     entries = [{**({"problem": dict(e.problem)} if spec.problems else {}),
                 "device": e.device, "backend": e.backend, "config": dict(e.config),
                 "latency_ms": e.latency_ms, "partial": e.partial, "run_dir": e.run_dir,
@@ -115,8 +116,8 @@ def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.written_at)),
                 "versions": dict(e.versions), "fingerprint": e.fingerprint,
                 "file": str(_where(e))}
-               for e in sorted(found, key=lambda e: (order.index(dict(e.problem)), e.backend,
-                                                     e.device, e.latency_ms))]
+               for _, e in sorted(found, key=lambda pe: (pe[0], pe[1].backend, pe[1].device,
+                                                         pe[1].latency_ms))]
     fixed = f" fixed {json.dumps(dict(spec.fixed_as_written))}" if spec.fixed_as_written \
         else ""
     problems = json.dumps([dict(p) for p in spec.problems]) if spec.problems else \
@@ -206,12 +207,12 @@ def _merged_problem(run: RunDir, fingerprint: str,
     import pyarrow as pa
 
     from storage.readback import scalar
-    from storage.table import read_parquet
+    from storage.table import read_parquet_schema
     from sweep.spec import SpecError
 
     problem: Any = None
     try:
-        info = read_parquet(run.trials, columns=[]).schema.metadata or {}
+        info = read_parquet_schema(run.trials).metadata or {}
         if info.get(b"fingerprint") == fingerprint.encode():
             problem = json.loads(info[b"spec"])["problem"]
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):

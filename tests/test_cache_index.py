@@ -6,6 +6,7 @@ next write. Counted in files read, not seconds."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import storage.atomic
 import storage.cache
+import storage.durable
 from storage.cache import CacheEntry, cache_dir, library_versions, of_kernel, store
 from sweep.tuned import tuned_config, tuned_entry
 
@@ -202,18 +204,112 @@ def test_sweep_best_names_an_entrys_file_where_it_is():
 
 
 def test_a_run_over_many_problems_makes_its_entries_durable_at_once(monkeypatch):
-    """One sync for a batch of entries, not two fsyncs an entry: what a run over 10,000
-    problems spent most of a minute on. Each entry still lands whole and readable."""
-    syncs: list[str] = []
+    """One syncfs of the cache's filesystem for a batch of entries, not two fsyncs an
+    entry (what a run over 10,000 problems spent most of a minute on) nor an os.sync() of
+    every filesystem. Each entry still lands whole and readable."""
+    syncs: list[object] = []
     real_fsync = storage.atomic.os.fsync
     monkeypatch.setattr(storage.atomic.os, "fsync",
                         lambda fd: (syncs.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(storage.cache.os, "sync", lambda: syncs.append("sync"))
+    real_syncfs = storage.durable._libc_syncfs()
+    assert real_syncfs is not None  # Linux's libc has it
+
+    def counted(fd: int) -> int:
+        syncs.append(("syncfs", os.stat(f"/proc/self/fd/{fd}").st_ino))
+        return real_syncfs(fd)
+
+    monkeypatch.setattr(storage.durable, "_libc_syncfs", lambda: counted)
     entries = [entry(cols) for cols in range(1, 41)]
     stored = storage.cache.store_many(entries)
-    assert syncs == ["sync"]
+    assert syncs == [("syncfs", cache_dir().stat().st_ino)]  # of the cache's folder
     assert [kept for kept, _ in stored] == [replace(e, runs=(), declared=()) for e in entries]
     assert [storage.cache.read(path) for _, path in stored] == [kept for kept, _ in stored]
     syncs.clear()
     store(entry(41))  # one entry alone is written durably, as before
-    assert syncs.count("fsync") == 2 and "sync" not in syncs
+    assert syncs.count("fsync") == 2 and "sync" not in syncs and len(syncs) == 2
+
+
+def test_without_syncfs_a_batch_fsyncs_each_file_and_folder_it_wrote(monkeypatch):
+    """Where libc has no syncfs: an fsync of each entry written and of each folder whose
+    listing changed (the cache's, the kernel's, the group's), never os.sync()."""
+    fsynced: list[Path] = []
+    real_fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        fsynced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(storage.cache.os, "fsync", counted)
+    monkeypatch.setattr(storage.cache.os, "sync", lambda: fsynced.append(Path("sync")))
+    monkeypatch.setattr(storage.durable, "_libc_syncfs", lambda: None)
+    entries = [entry(cols) for cols in range(1, 11)]
+    stored = storage.cache.store_many(entries)
+    group = entries[0].path().parent
+    assert Path("sync") not in fsynced
+    assert sorted(fsynced) == sorted([path for _, path in stored] + [
+        cache_dir().parent, cache_dir(), group.parent, group])
+
+
+def test_a_single_entry_makes_the_folders_it_created_durable(monkeypatch):
+    """The new kernel and group folders' names are fsynced in their parents, so the entry
+    written durably inside them is not lost with them after a crash."""
+    cache_dir().mkdir(parents=True)
+    fsynced: list[Path] = []
+    real_fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        fsynced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(storage.cache.os, "fsync", counted)
+    _, path = store(entry(64))
+    group = path.parent
+    # The cache's folder (it got the kernel's), the kernel's (it got the group), then the
+    # entry's temp file and the group's folder (it got the entry).
+    assert fsynced[:2] == [cache_dir(), group.parent]
+    assert fsynced[-1] == group and len(fsynced) == 4
+    fsynced.clear()
+    store(entry(65))  # into folders already there: the entry's two fsyncs alone
+    assert len(fsynced) == 2 and fsynced[-1] == group
+
+
+def test_a_sweep_over_many_problems_looks_each_up_in_its_own_file(files_read):
+    """lookup_many of N problems reads about N files (one a problem, plus one to learn the
+    group), not every entry of the kernel once a problem."""
+    for cols in range(1, 201):  # the kernel's entries of 200 problems
+        store(entry(cols))
+    store(entry(64, kernel="other"))
+    asked = [{"rows": 4, "cols": cols, "dtype": "float32"} for cols in (3, 50, 150, 999)]
+    files_read.clear()
+    found = storage.cache.lookup_many("softmax", softmax_source(), asked)
+    assert [[e.problem for e in hits] for hits in found] == [[p] for p in asked[:3]] + [[]]
+    assert len(files_read) <= len(asked) + 1
+
+
+def test_sweep_run_and_sweep_best_look_a_spec_up_in_one_file_a_problem(files_read, tmp_path):
+    """What a `sweep run` without --force and `sweep best SPEC` read of the cache for a
+    sweep over many problems: a file each, whatever else the kernel has cached."""
+    from sweep.best import _of_spec
+    from sweep.run.cache_policy import candidates
+    from sweep.spec import load_spec
+
+    problems = [{"rows": 4, "cols": cols, "dtype": "float32"} for cols in (16, 32, 48)]
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps({"name": "s", "kernel": "softmax",
+                                     "problems": problems,
+                                     "space": {"BLOCK_N": [32, 64],
+                                               "ROWS_PER_PROGRAM": [1]}}))
+    spec = load_spec(spec_path)
+    for cols in range(100, 300):  # the kernel's other problems
+        store(entry(cols))
+    for p in spec.each_problem():
+        store(replace(entry(1), problem=dict(p), kernel_source=spec.kernel_source,
+                      runs=(spec.fingerprint,)))
+    files_read.clear()
+    assert len(candidates(spec, "interpret")) == 3
+    assert len(files_read) <= 3 + 1
+    files_read.clear()
+    entries, _ = _of_spec(spec_path)
+    assert [e["problem"]["cols"] for e in entries] == [16, 32, 48]
+    assert len(files_read) <= 3 + 1

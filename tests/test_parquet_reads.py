@@ -95,3 +95,58 @@ def test_reading_a_fifo_as_parquet_is_one_line_naming_it(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ReadBackError, match=f"^{fifo}: not a regular file but a FIFO$"):
         read_parquet(fifo)
+
+
+def test_an_empty_list_of_columns_reads_none_of_them(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage.table import read_parquet
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), path)
+    assert read_parquet(path, columns=[]).column_names == []
+    assert read_parquet(path, columns=["b"]).column_names == ["b"]
+    assert read_parquet(path).column_names == ["a", "b"]
+
+
+def test_a_schema_read_of_a_fifo_is_one_line_naming_it(tmp_path):
+    from storage.readback import ReadBackError
+    from storage.table import read_parquet_schema
+
+    fifo = tmp_path / "trials.parquet"
+    os.mkfifo(fifo)
+    with pytest.raises(ReadBackError, match=f"^{fifo}: not a regular file but a FIFO$"):
+        read_parquet_schema(fifo)
+
+
+@pytest.mark.parametrize("reader", ["best", "resume"])
+def test_a_tables_metadata_is_read_from_memory_pyarrow_owns_not_every_column(
+        run_dir, monkeypatch, reader):
+    """`sweep best RUN` and a resume that says what changed read the table's schema alone,
+    from bytes pyarrow owns: a Python file object handed to pyarrow is released on one of
+    its threads, which aborts an exiting interpreter."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sweep.run.rundir import RunDir
+
+    sources: list[object] = []
+    real = pq.read_schema
+    monkeypatch.setattr(pq, "read_schema", lambda source, *a, **k: (
+        sources.append(source), real(source, *a, **k))[1])
+    real_table = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: (
+        sources.append("read_table"), real_table(*a, **k))[1])
+    run = RunDir(run_dir)
+    if reader == "best":
+        from sweep.best import _merged_problem
+        from sweep.run.rundir import read_meta
+
+        _merged_problem(run, read_meta(run)["fingerprint"], {})
+    else:
+        from sweep.run.opening import _what_changed
+        from sweep.spec import load_spec
+
+        _what_changed(run, "0123456789abcdef", load_spec(run_dir / "spec.yaml"))
+    assert len(sources) == 1 and isinstance(sources[0], pa.NativeFile), sources

@@ -201,3 +201,45 @@ def test_resume_retry_timeout_runs_configs_a_compile_limit_stopped_under_the_tri
 def test_retry_names_only_statuses_a_run_records(tmp_path, capsys):
     assert sweep_cli("resume", tmp_path, "--retry", "slow") == 2
     assert "--retry: expected statuses from compile_error" in capsys.readouterr().err
+
+
+def test_a_fifo_put_in_place_of_the_recorded_table_is_one_line_not_a_hang(tmp_path):
+    """The spec's check of the table passed; a FIFO put there before a worker loads it is
+    refused by name (pyarrow's open by path called it missing, in a traceback). In a
+    process of its own, bounded: a load that blocks on the FIFO is a test that fails, not
+    one that hangs."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "recorded.parquet"
+    os.mkfifo(fifo)
+    load = ("import sys\nfrom actors.replay import ReplayBackend, ReplayTableError\n"
+            "try:\n    ReplayBackend.load({'table': sys.argv[1]})\n"
+            "except ReplayTableError as e:\n    print(e)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", load, str(fifo)], capture_output=True,
+                              text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the replay backend blocked in open() on the FIFO")
+    assert done.stdout == f"cannot read {fifo} as Parquet (not a regular file but a FIFO)\n"
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_damaged_or_foreign_recorded_table_is_one_line_naming_it(tmp_path):
+    from actors.replay import ReplayBackend, ReplayTableError
+
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(b"PAR1 not a table")
+    with pytest.raises(ReplayTableError, match=f"^cannot read {damaged} as Parquet \\(.+\\)$"):
+        ReplayBackend.load({"table": str(damaged)})
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pa.table({"config": ["{}"], "status": ["ok"]}), foreign)
+    with pytest.raises(ReplayTableError, match=f"^{foreign} lacks the column\\(s\\) "
+                                               "validation, .* of a trial table$"):
+        ReplayBackend.load({"table": str(foreign)})
+    gone = tmp_path / "gone.parquet"
+    with pytest.raises(ReplayTableError, match=f"^cannot read {gone} as Parquet "
+                                               "\\(No such file or directory\\)$"):
+        ReplayBackend.load({"table": str(gone)})

@@ -102,9 +102,9 @@ def candidates(spec: Spec, backend: str) -> list[cache.CacheEntry]:
     """Cache entries that this very sweep (its fingerprint) completed on some device."""
     if not traits(backend).kernel:
         return []
-    return [e for problem in spec.each_problem()
-            for e in cache.lookup(spec.kernel, spec.kernel_source, problem,
-                                  spec.fixed_as_written)
+    found = cache.lookup_many(spec.kernel, spec.kernel_source, spec.each_problem(),
+                              spec.fixed_as_written)
+    return [e for hits in found for e in hits
             if e.backend == backend and not e.partial and spec.fingerprint in e.runs
             and fits(spec, e)]
 

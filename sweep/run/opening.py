@@ -222,16 +222,12 @@ def _what_changed(run: RunDir, fingerprint: str, spec: Spec) -> str:
     """Which of the kernel's source, the problem or the rest changed: the run's trial
     table records the identity its fingerprint covers (when it is this run's)."""
     import json
-    import os
 
-    import pyarrow.parquet as pq
-
-    from storage.readback import open_regular
+    from storage.table import read_parquet_schema
 
     unknown = "the spec, kernel source or problem changed"
     try:
-        with os.fdopen(open_regular(run.trials), "rb") as f:  # never pyarrow's open: a FIFO
-            info = pq.read_schema(f).metadata or {}
+        info = read_parquet_schema(run.trials).metadata or {}
         if info.get(b"fingerprint") != fingerprint.encode():
             return unknown
         then = json.loads(info[b"spec"])
