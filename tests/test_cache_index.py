@@ -108,19 +108,20 @@ def test_a_flat_entry_worse_than_its_moved_copy_is_dropped_not_kept():
     assert tuned_config("softmax", ASKED, device="cpu-interpreter") == {"BLOCK_N": 64}
 
 
-@pytest.mark.parametrize("value", [1e-320, 10**400, float("nan"), float("inf"), "tensor",
-                                   [512], None], ids=repr)
+@pytest.mark.parametrize("value", [10**400, float("nan"), float("inf"), "tensor", [512],
+                                   None], ids=repr)
 def test_launch_code_asking_with_an_odd_value_gets_its_default(value):
-    store(entry(2**20, block=64))  # 1e-320 / 2**20 underflows to 0
+    """A value no spec could hold is no size to measure a distance from: the default
+    (or None), never an exception in launch code."""
+    store(entry(2**20, block=64))
     if value == "tensor":
         import torch
 
         value = torch.tensor(512)
     problem = {**ASKED, "cols": value}
     assert tuned_config("softmax", problem, default={"BLOCK_N": 8},
-                        device="cpu-interpreter") in ({"BLOCK_N": 8}, {"BLOCK_N": 64})
-    assert tuned_config("softmax", problem, device="cpu-interpreter") in (None,
-                                                                           {"BLOCK_N": 64})
+                        device="cpu-interpreter") == {"BLOCK_N": 8}
+    assert tuned_config("softmax", problem, device="cpu-interpreter") is None
 
 
 def test_a_size_far_below_the_tuned_one_is_answered_from_it():
