@@ -41,9 +41,13 @@ class KernelFacts:
 
 def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
                  fixed: Mapping[str, Any], space: Mapping[str, list[Any]],
-                 backend: str, problems: Sequence[Mapping[str, Any]] = ()) -> KernelFacts:
+                 backend: str, problems: Sequence[Mapping[str, Any]] = (),
+                 own: Sequence[tuple[str, Mapping[str, list[Any]]] | None] = (),
+                 where: str = "space") -> KernelFacts:
     """Import the kernel and check the spec's problem (and each of its problems, as
-    written merged over it), fixed values and space against it."""
+    written merged over it), fixed values and space (where: its key, space or configs;
+    own: each problem's own space's key and values, None where it tunes the spec's)
+    against it."""
     try:
         with printed_aside(f"kernel {kernel_name}'s module"):
             kernel = load_kernel(kernel_name)
@@ -51,7 +55,11 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
         raise r.fail("kernel", clip_text(str(e), 300)) from None
     merged_problem = check_problem(r, kernel, dict(problem), backend)
     merged_fixed = check_fixed(r, kernel, fixed, space)
-    check_parameters(r, kernel, space, merged_fixed)
+    if not own or not all(own):
+        check_parameters(r, kernel, space, merged_fixed, where)
+    for i, mine in enumerate(own):
+        if mine is not None:
+            check_parameters(r, kernel, mine[1], merged_fixed, f"problems[{i}].{mine[0]}")
     each = tuple(check_problem(r, kernel, dict(p), backend, f"problems[{i}]")
                  for i, p in enumerate(problems))
     return KernelFacts(problem=merged_problem, fixed=merged_fixed,
@@ -149,16 +157,18 @@ def check_fixed(r: Reader, kernel: Kernel, written: Mapping[str, Any],
 
 
 def check_parameters(r: Reader, kernel: Kernel, space: Mapping[str, list[Any]],
-                      fixed: Mapping[str, Any]) -> None:
+                      fixed: Mapping[str, Any], where: str = "space") -> None:
+    """Every name of the space (where: its key) is a constexpr of the kernel or a launch
+    option, and every constexpr without a default has a value."""
     params = _signature(kernel)
     constexprs = [p.name for p in params if "constexpr" in str(p.annotation)]
     required = [p.name for p in params
                 if "constexpr" in str(p.annotation) and p.default is inspect.Parameter.empty]
     for name in space:
         if name not in constexprs and name not in LAUNCH_OPTIONS:
-            raise r.fail(f"space.{name}", f"not a parameter of kernel {kernel.name} (expected "
+            raise r.fail(f"{where}.{name}", f"not a parameter of kernel {kernel.name} (expected "
                                           f"one of {', '.join(constexprs + list(LAUNCH_OPTIONS))})")
     missing = [c for c in required if c not in space and c not in fixed]
     if missing:
-        raise r.fail("space", f"kernel {kernel.name} needs a value list (or a value under "
+        raise r.fail(where, f"kernel {kernel.name} needs a value list (or a value under "
                               f"fixed:) for {', '.join(missing)}")

@@ -3,19 +3,29 @@ names last, so the file's own mistakes are reported before any of its code runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sweep.spec.constraints import Constraint
 from sweep.spec.kernels import KernelFacts, kernel_facts
-from sweep.spec.model import KERNEL_FREE, MAX_NAME_CHARS, ReplayOptions, Spec, SpecError
+from sweep.spec.model import (
+    KERNEL_FREE,
+    MAX_NAME_CHARS,
+    OwnSpace,
+    ReplayOptions,
+    Spec,
+    SpecError,
+)
 from sweep.spec.replay_table import read_replay_table
 from sweep.spec.rules import Reader
 from sweep.spec.sections import (
+    read_configs,
     read_constraints,
     read_fixed,
     read_kernel,
     read_name,
+    read_own_spaces,
     read_problem,
     read_problems,
     read_run,
@@ -24,12 +34,13 @@ from sweep.spec.sections import (
     read_space,
     read_timing,
     read_validation,
+    union_space,
 )
 from sweep.spec.space import parameter_kinds
 from sweep.spec.yaml_loader import parse_yaml, read_text
 
 
-def _constraints_of(r: Reader, value: Any, space: dict[str, list[Any]],
+def _constraints_of(r: Reader, value: Any, space: Mapping[str, list[Any]],
                     problem: dict[str, Any], fixed: dict[str, Any],
                     i: int) -> tuple[Constraint, ...]:
     """The constraints read against problems[i]; a mistake names that problem too."""
@@ -70,17 +81,22 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     run = read_run(r, doc.get("run"), backend)
     simulate = read_simulate(r, doc.get("simulate"))
     search = read_search(r, doc.get("search"))
-    space = read_space(r, doc["space"])
+    configs, space = _read_top_space(r, doc)
     problem_as_written = read_problem(r, doc.get("problem"))
-    fixed_as_written = read_fixed(r, doc.get("fixed"), space)
-    entries = doc.get("problems")
-    problems_as_written = read_problems(r, entries, problem_as_written, space, fixed_as_written)
+    entries, own = read_own_spaces(r, doc.get("problems"))
+    space = _spaces_used(r, doc, space, own)
+    # A problem tunes its own space or the spec's: every name either is, fixed: none.
+    spaces = [o.space if o else space for o in own] or \
+        [space] * (len(entries) if isinstance(entries, list) else 0)
+    fixed_as_written = read_fixed(r, doc.get("fixed"), union_space([space, *spaces]))
+    problems_as_written = read_problems(r, entries, problem_as_written, spaces,
+                                        fixed_as_written)
     if problems_as_written and run.backend == "replay":
         raise r.fail("problems", "the replay backend plays back one problem's table; "
                                  "write problem: alone")
     # Read against each problem: a constraint may name a problem value that differs.
     each_constraints = tuple(
-        _constraints_of(r, doc.get("constraints"), space, p, fixed_as_written, i)
+        _constraints_of(r, doc.get("constraints"), spaces[i], p, fixed_as_written, i)
         for i, p in enumerate(problems_as_written))
     constraints = each_constraints[0] if each_constraints else read_constraints(
         r, doc.get("constraints"), parameter_kinds(space), problem_as_written,
@@ -94,7 +110,9 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                         problems=problems_as_written)
     if run.backend not in KERNEL_FREE and import_kernel:
         facts = kernel_facts(r, kernel_name, problem_as_written, fixed_as_written, space,
-                             run.backend, problems_as_written)
+                             run.backend, problems_as_written,
+                             [("configs" if o.configs else "space", o.space) if o else None
+                              for o in own], "configs" if configs else "space")
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=facts.problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
@@ -105,4 +123,31 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                 replay=replay, replay_source=replay_source, work=facts.work, search=search,
                 kernel_files=facts.files, problem_entries=tuple(entries or ()),
                 problems=facts.problems, problem_constraints=each_constraints,
-                problem_work=facts.problem_work)
+                problem_work=facts.problem_work, configs=configs, problem_spaces=own)
+
+
+def _read_top_space(r: Reader, doc: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...],
+                                                              dict[str, list[Any]] | None]:
+    """The spec's own `configs:` (and the values each parameter takes over them) or
+    `space:`; None where it has neither."""
+    if "configs" in doc:
+        return read_configs(r, doc["configs"])
+    if "space" in doc:
+        return (), read_space(r, doc["space"])
+    return (), None
+
+
+def _spaces_used(r: Reader, doc: dict[str, Any], space: dict[str, list[Any]] | None,
+                 own: tuple[OwnSpace | None, ...]) -> dict[str, list[Any]]:
+    """The spec's space, which some problem tunes, or (every problem tuning its own) all
+    of theirs together."""
+    key = "configs" if "configs" in doc else "space"
+    if own and all(own):
+        if space is not None:
+            raise r.fail(key, "no problem tunes it: every problem has a space: or configs: "
+                              "of its own; drop it")
+        return union_space([o.space for o in own if o])
+    if space is None:
+        raise r.fail("space", "required key is missing (or configs:, or a space: or "
+                              "configs: in every problem)")
+    return space

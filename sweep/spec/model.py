@@ -17,7 +17,7 @@ from actors.backends import CHOICES
 from storage.records import canonical_json
 from sweep.spec.constraints import Constraint
 from sweep.spec.search_options import SearchOptions
-from sweep.spec.space import Space, SpaceTooLarge, concatenate, expand
+from sweep.spec.space import Space, SpaceTooLarge, concatenate, expand, expand_configs
 
 BACKENDS = CHOICES
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
@@ -124,6 +124,30 @@ class ReplayOptions:
 
 
 @dataclass(frozen=True)
+class OwnSpace:
+    """What one problem tunes instead of the spec's space: `space:`'s value lists (a
+    product), or `configs:`, an explicit list (then `space` holds the values each
+    parameter takes over it)."""
+
+    space: Mapping[str, list[Any]]
+    configs: tuple[Mapping[str, Any], ...] = ()
+
+    def as_written(self) -> dict[str, Any]:
+        if self.configs:
+            return {"configs": [dict(c) for c in self.configs]}
+        return {"space": {k: list(v) for k, v in self.space.items()}}
+
+    def expand(self, constraints: tuple[Constraint, ...], room: int) -> Space:
+        """The configs that satisfy the constraints; SpaceTooLarge past room."""
+        if not self.configs:
+            return expand(self.space, constraints, max_configs=room)
+        space = expand_configs(self.configs, constraints)
+        if len(space) > room:
+            raise SpaceTooLarge(len(space), len(self.configs), room)
+        return space
+
+
+@dataclass(frozen=True)
 class Spec:
     path: Path
     text: str
@@ -159,6 +183,13 @@ class Spec:
     problems: tuple[Mapping[str, Any], ...] = ()
     problem_constraints: tuple[tuple[Constraint, ...], ...] = ()
     problem_work: tuple[Mapping[str, float], ...] = ()
+    # `configs:`: the explicit list of configs tuned instead of space:'s product (`space`
+    # then holds the values each parameter takes over it). Empty: the product.
+    configs: tuple[Mapping[str, Any], ...] = ()
+    # Each problem's own space (problems[i].space or .configs), None where it tunes the
+    # spec's. Empty: every problem tunes the spec's. Where every problem has its own, the
+    # spec has none and `space` holds every parameter's values over them all.
+    problem_spaces: tuple[OwnSpace | None, ...] = ()
 
     @functools.cached_property  # once: read per problem and per entry
     def problem_keys(self) -> tuple[str, ...]:
@@ -174,11 +205,17 @@ class Spec:
         """Every problem the sweep tunes: `problems:`, or the one `problem`."""
         return self.problems or (self.problem,)
 
+    def own_space(self, problem: int | None = None) -> OwnSpace:
+        """What the problem (or a sweep of one) tunes: its own space, or the spec's."""
+        own = self.problem_spaces[problem] if problem is not None and self.problem_spaces \
+            else None
+        return own or OwnSpace(self.space, self.configs)
+
     def expand(self) -> Space:
         if self.problems:
             return self._expand_problems()
         try:
-            space = expand(self.space, self.constraints, max_configs=MAX_CONFIGS)
+            space = self.own_space().expand(self.constraints, MAX_CONFIGS)
         except SpaceTooLarge as e:
             raise SpecError(f"{self.path}: space: {e}; add constraints or shorten the value "
                             "lists") from None
@@ -192,7 +229,7 @@ class Spec:
         room = MAX_CONFIGS
         for i, constraints in enumerate(self.problem_constraints):
             try:
-                part = expand(self.space, constraints, max_configs=room)
+                part = self.own_space(i).expand(constraints, room)
             except SpaceTooLarge as e:
                 raise SpecError(f"{self.path}: problems: {e.configs:,} configs or more over "
                                 f"the problems, at most {MAX_CONFIGS:,}; add constraints or "
@@ -219,6 +256,11 @@ class Spec:
             ident["fixed"] = dict(self.fixed)
         if self.problems:  # likewise
             ident["problems"] = [dict(p) for p in self.problems]
+        if self.configs:  # likewise
+            ident["configs"] = [dict(c) for c in self.configs]
+        if self.problem_spaces:  # likewise
+            ident["problem_spaces"] = [own.as_written() if own else None
+                                       for own in self.problem_spaces]
         if self.run.backend == "simulate":
             sim = asdict(self.simulate)
             for operational in ("workers", "resources", "devices"):
@@ -263,10 +305,13 @@ class Spec:
             # As written: reloading the dump gives the same declared_fingerprint, and
             # merging the kernel's defaults again the same fingerprint.
             "name": self.name, "kernel": self.kernel, "problem": dict(self.problem_as_written),
-            **({"problems": [dict(e) for e in self.problem_entries]}
+            **({"problems": [{**e, **(own.as_written() if own else {})} for e, own in
+                             zip(self.problem_entries, self.problem_spaces or
+                                 [None] * len(self.problem_entries))]}
                if self.problem_entries else {}),
             "fixed": dict(self.fixed_as_written),
-            "space": {k: list(v) for k, v in self.space.items()},
+            **({} if self.problem_spaces and all(self.problem_spaces) else
+               self.own_space().as_written()),
             "constraints": [c.text for c in self.constraints],
             "timing": {**asdict(self.timing), "screen": asdict(self.timing.screen)
                        if self.timing.screen else "off"},

@@ -100,8 +100,8 @@ _CHECKS: dict[type, dict[str, Check]] = {
                           _is_label(k) and POSITIVE[0](n) for k, n in v.items()),
                                     "a mapping of Ray resource names to amounts > 0")},
 }
-TOP_KEYS = ("name", "kernel", "problem", "problems", "fixed", "space", "constraints", "timing",
-            "validation", "run", "simulate", "replay", "search")
+TOP_KEYS = ("name", "kernel", "problem", "problems", "fixed", "space", "configs", "constraints",
+            "timing", "validation", "run", "simulate", "replay", "search")
 
 
 class Reader:
@@ -128,9 +128,11 @@ class Reader:
         for key in doc:
             if key not in TOP_KEYS:
                 raise self.fail(key, f"unknown key (expected one of {', '.join(TOP_KEYS)})")
-        for key in ("kernel", "space"):
-            if key not in doc:
-                raise self.fail(key, "required key is missing")
+        if "kernel" not in doc:
+            raise self.fail("kernel", "required key is missing")
+        if "space" in doc and "configs" in doc:
+            raise self.fail("configs", "give space: (value lists, tuned as their product) or "
+                                       "configs: (an explicit list of configs), not both")
         return doc
 
     def section(self, cls: type[T], value: Any, key: str) -> T:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import keyword
 import math
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from sweep.spec.model import (
     LAUNCH_OPTIONS,
     MAX_NAME_CHARS,
     MAX_POINTS,
+    OwnSpace,
     RunOptions,
     Screen,
     SimulateOptions,
@@ -133,11 +134,49 @@ def read_problem(r: Reader, value: Any) -> dict[str, Any]:
     return problem
 
 
+def read_own_spaces(r: Reader, value: Any) -> tuple[Any, tuple[OwnSpace | None, ...]]:
+    """Each `problems:` entry's own `space:` or `configs:`, taken out of it (its other keys
+    stay problem keys), None where it has neither; () when none has."""
+    if not isinstance(value, list):
+        return value, ()  # read_problems says what is wrong
+    entries: list[Any] = []
+    own: list[OwnSpace | None] = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict) or not {"space", "configs"} & entry.keys():
+            entries.append(entry)
+            own.append(None)
+            continue
+        key = f"problems[{i}]"
+        if "space" in entry and "configs" in entry:
+            raise r.fail(f"{key}.configs", "give space: (value lists, tuned as their "
+                                           "product) or configs: (an explicit list of "
+                                           "configs), not both")
+        if "configs" in entry:
+            configs, values = read_configs(r, entry["configs"], f"{key}.configs")
+            own.append(OwnSpace(values, configs))
+        else:
+            own.append(OwnSpace(read_space(r, entry["space"], f"{key}.space")))
+        entries.append({k: v for k, v in entry.items() if k not in ("space", "configs")})
+    return entries, tuple(own) if any(own) else ()
+
+
+def union_space(spaces: Sequence[Mapping[str, list[Any]]]) -> dict[str, list[Any]]:
+    """Every parameter of the spaces with every value it takes, in order of first
+    appearance (values compared by canonical JSON)."""
+    values: dict[str, dict[str, Any]] = {}
+    for space in spaces:
+        for name, vs in space.items():
+            for v in vs:
+                values.setdefault(name, {}).setdefault(canonical_json(v), v)
+    return {name: list(vs.values()) for name, vs in values.items()}
+
+
 def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
-                  space: Mapping[str, list[Any]],
+                  spaces: Sequence[Mapping[str, list[Any]]],
                   fixed: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
     """`problems:`, each entry merged over `problem:` (which holds what they share): a
-    non-empty list of mappings, no two alike, none naming a parameter or a fixed value."""
+    non-empty list of mappings, no two alike, none naming a parameter (of the space it
+    tunes, spaces[i]) or a fixed value."""
     if value is None:
         return ()
     if not isinstance(value, list) or not value:
@@ -148,6 +187,7 @@ def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
         key = f"problems[{i}]"
         if not isinstance(entry, dict):
             raise r.fail(key, f"expected a mapping of problem keys, got {clip_repr(entry)}")
+        space = spaces[i]
         for name, v in entry.items():
             if not isinstance(name, str) or not name.isidentifier():
                 raise r.fail(key, f"expected identifier keys, got {clip_repr(name)}")
@@ -207,30 +247,21 @@ def _kind(v: Any) -> type:
     return bool if isinstance(v, bool) else type(v)
 
 
-def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
-    data = r.mapping(value, "space")
+def read_space(r: Reader, value: Any, where: str = "space") -> dict[str, list[Any]]:
+    data = r.mapping(value, where)
     if not data:
-        raise r.fail("space", "expected at least one parameter")
+        raise r.fail(where, "expected at least one parameter")
     points = 1
     for name, values in data.items():
-        key = f"space.{name}"
-        if not name.isidentifier():
-            raise r.fail(key, "a parameter name must be a Python identifier")
-        if keyword.iskeyword(name):
-            raise r.fail(key, "a Python keyword cannot be a parameter name")
-        normal = unicodedata.normalize("NFKC", name)
-        if normal != name:
-            # Python's parser normalises identifiers, so no constraint could name it.
-            raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
-        refuse_column_clash(r, key, name, "the parameter")
+        key = f"{where}.{name}"
+        check_parameter_name(r, key, name)
         if not isinstance(values, list):
             shown = clip_repr(values)
             raise r.fail(key, f"expected a list of values (write [{shown}]), got {shown}")
         if not values:
             raise r.fail(key, "expected at least one value, got an empty list")
         for v in values:
-            if not isinstance(v, (bool, int, float, str)) or (
-                    isinstance(v, float) and not math.isfinite(v)):
+            if not _is_value(v):
                 raise r.fail(key, "values must be numbers, strings or booleans, "
                                   f"got {clip_repr(v)}")
         if value_kind(values) is None:
@@ -239,8 +270,67 @@ def read_space(r: Reader, value: Any) -> dict[str, list[Any]]:
             raise r.fail(key, f"a value is listed twice in {clip_repr(values)}")
         points *= len(values)
     if points > MAX_POINTS:
-        raise r.fail("space", f"{points:,} points before constraints; at most {MAX_POINTS:,}")
+        raise r.fail(where, f"{points:,} points before constraints; at most {MAX_POINTS:,}")
     return data
+
+
+def _is_value(v: Any) -> bool:
+    return isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v))
+
+
+def check_parameter_name(r: Reader, key: str, name: Any) -> None:
+    """A parameter's name: what a constraint can name and the kernel takes as a keyword."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise r.fail(key, "a parameter name must be a Python identifier")
+    if keyword.iskeyword(name):
+        raise r.fail(key, "a Python keyword cannot be a parameter name")
+    normal = unicodedata.normalize("NFKC", name)
+    if normal != name:
+        # Python's parser normalises identifiers, so no constraint could name it.
+        raise r.fail(key, f"Python reads this name as {clip_repr(normal)}; write that")
+    refuse_column_clash(r, key, name, "the parameter")
+
+
+def read_configs(r: Reader, value: Any,
+                 where: str = "configs") -> tuple[tuple[dict[str, Any], ...],
+                                                  dict[str, list[Any]]]:
+    """An explicit list of configs as triton.autotune takes them (each a mapping of its
+    constexprs and launch options), and the values each parameter takes over them (in
+    order of first appearance), which constraints and fixed: are checked against."""
+    if not isinstance(value, list) or not value:
+        raise r.fail(where, "expected a non-empty list of configs (each a mapping of "
+                            f"parameter to value), got {clip_repr(value)}")
+    kinds: dict[str, type] = {}
+    first_of: dict[str, int] = {}
+    for i, config in enumerate(value):
+        key = f"{where}[{i}]"
+        if not isinstance(config, dict) or not config:
+            raise r.fail(key, "expected a mapping of parameter to value (e.g. {BLOCK: 64, "
+                              f"num_warps: 4}}), got {clip_repr(config)}")
+        for name, v in config.items():
+            check_parameter_name(r, f"{key}.{name}", name)
+            if not _is_value(v):
+                raise r.fail(f"{key}.{name}", "expected a number, a string or a boolean, "
+                                              f"got {clip_repr(v)}")
+            kind = value_kind([kinds.setdefault(name, _kind(v))(), v])
+            first_of.setdefault(name, i)
+            if kind is None:
+                raise r.fail(f"{key}.{name}", f"expected {kinds[name].__name__} as "
+                                              f"{where}[{first_of[name]}].{name} is, got "
+                                              f"{clip_repr(v)}; a parameter's values share "
+                                              "one type")
+            kinds[name] = kind
+    seen: dict[str, int] = {}
+    for i, config in enumerate(value):
+        form = canonical_json({k: kinds[k](v) for k, v in config.items()})
+        if form in seen:
+            raise r.fail(f"{where}[{i}]", f"the same config as {where}[{seen[form]}]")
+        seen[form] = i
+    values: dict[str, dict[str, Any]] = {name: {} for name in kinds}
+    for config in value:
+        for name, v in config.items():
+            values[name].setdefault(canonical_json(kinds[name](v)), v)
+    return tuple(value), {name: list(vs.values()) for name, vs in values.items()}
 
 
 def read_fixed(r: Reader, value: Any, space: Mapping[str, list[Any]]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,12 @@ class Space:
     # A trial's record holds the kernel's config alone (config_json).
     problem_keys: tuple[str, ...] = ()
     starts: tuple[int, ...] = (0,)
+    # Parameters that some configs leave unset (a configs list, or problems of different
+    # parameters): per config, whether it sets the parameter. Where it does not, its code
+    # is 0 and its column holds a placeholder; no config, record or launch holds it, and
+    # the trial table holds null. Names every config sets have no entry: empty for a
+    # product, so every fast path stays.
+    present: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.columns[self.names[0]]) if self.names else 0
@@ -81,12 +87,22 @@ class Space:
 
     def config(self, index: int) -> dict[str, Any]:
         """The trial's config as a worker gets it: the problem keys (if any) and the
-        parameters."""
-        return {name: self.kinds[name](self.columns[name][index]) for name in self.names}
+        parameters it sets."""
+        return {name: self.kinds[name](self.columns[name][index]) for name in self.names
+                if name not in self.present or self.present[name][index]}
 
     def kernel_config(self, index: int) -> dict[str, Any]:
-        """The config the kernel is launched with: its parameters alone."""
-        return {name: self.kinds[name](self.columns[name][index]) for name in self.kernel_names}
+        """The config the kernel is launched with: the parameters it sets, alone."""
+        return {name: self.kinds[name](self.columns[name][index]) for name in self.kernel_names
+                if name not in self.present or self.present[name][index]}
+
+    def levels(self, name: str) -> tuple[np.ndarray, int]:
+        """Each config's code of `name` and the count of codes, unset being a code of its
+        own (the last): what a search compares configs by."""
+        codes, size = self.codes[name], len(self.tables[name])
+        if name not in self.present:
+            return codes, size
+        return np.where(self.present[name], codes.astype(np.int64), size), size + 1
 
     def problem_of(self, index: int) -> int:
         """Which problem (0 for a sweep of one) the config at index belongs to."""
@@ -105,12 +121,15 @@ class Space:
         """One problem's configs as a space of their own (its parameters alone, indexed
         from 0 in the same order): what a search of that problem works on."""
         at = self.problem_range(problem)
-        names = self.kernel_names
+        cut = slice(at.start, at.stop)
+        present = {n: p[cut] for n, p in self.present.items() if n in self.kernel_names}
+        names = tuple(n for n in self.kernel_names if n not in present or present[n].any())
         return Space(names=names, kinds={n: self.kinds[n] for n in names},
-                     columns={n: self.columns[n][at.start:at.stop] for n in names},
+                     columns={n: self.columns[n][cut] for n in names},
                      size_before_constraints=len(at),
                      tables={n: self.tables[n] for n in names},
-                     codes={n: self.codes[n][at.start:at.stop] for n in names})
+                     codes={n: self.codes[n][cut] for n in names},
+                     present={n: p for n, p in present.items() if n in names and not p.all()})
 
     def configs(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """config(i) for each index, at once: a column's values are taken for all of them
@@ -123,14 +142,22 @@ class Space:
             kind, column = self.kinds[name], self.columns[name][at].tolist()
             values.append(column if type(column[0]) is kind else list(map(kind, column)))
         names = self.names
-        return [dict(zip(names, row)) for row in zip(*values)]
+        rows = [dict(zip(names, row)) for row in zip(*values)]
+        for name, present in self.present.items():
+            for row, here in zip(rows, present[at].tolist()):
+                if not here:
+                    del row[name]
+        return rows
 
     def config_json(self, index: int) -> str:
         """The record's config: kernel_config's, as canonical JSON."""
         return canonical_json(self.kernel_config(index))
 
     def arrow_columns(self, indices: np.ndarray) -> dict[str, pa.Array]:
-        return {name: pa.array(self.columns[name][indices], type=_ARROW[self.kinds[name]])
+        """Each name's column of the trial table at these indices: null where unset."""
+        return {name: pa.array(self.columns[name][indices], type=_ARROW[self.kinds[name]],
+                               mask=~self.present[name][indices]
+                               if name in self.present else None)
                 for name in self.names}
 
     def config_json_column(self, indices: np.ndarray) -> pa.Array:
@@ -140,6 +167,10 @@ class Space:
         is built once (all of a group's, cached, when the rows outnumber them), and the
         rows are assembled by arrow from one take per group."""
         indices = np.asarray(indices, dtype=np.int64)
+        if any(name in self.present for name in self.kernel_names):
+            # Unset parameters break the grouping into value combinations: one text a row
+            # (an explicit configs list is hundreds of configs, not millions).
+            return pa.array([self.config_json(i) for i in indices.tolist()], type=pa.string())
         groups = self._json_groups
         parts = []
         for i, group in enumerate(groups):
@@ -202,31 +233,98 @@ class Space:
 
 def concatenate(parts: Sequence[Space], keys: Sequence[str],
                 values: Sequence[Sequence[Scalar]]) -> Space:
-    """One space of several problems' spaces (each the same parameters expanded under
-    its own constraints), problem-major: each config carries the problem keys that vary,
-    values[p] for part p, as leading columns."""
-    first = parts[0]
+    """One space of several problems' spaces, problem-major: each config carries the problem
+    keys that vary, values[p] for part p, as leading columns. The parameters are every
+    part's, in order of first appearance; a part without one leaves it unset."""
     sizes = [len(part) for part in parts]
     starts = tuple(int(s) for s in np.cumsum([0, *sizes[:-1]]))
     kinds: dict[str, type] = {}
     tables: dict[str, np.ndarray] = {}
     codes: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}
     for k, key in enumerate(keys):
         column = [row[k] for row in values]
         kinds[key] = value_kind(column) or str
-        code_of_text: dict[str, int] = {}  # a value's code, by its canonical text
-        code_of = [code_of_text.setdefault(canonical_json(kinds[key](v)), len(code_of_text))
-                   for v in column]
-        tables[key] = np.array([kinds[key](json.loads(t)) for t in code_of_text],
-                               dtype=_NUMPY[kinds[key]])
-        codes[key] = np.repeat(np.array(code_of, dtype=np.int64), sizes)
-    for name in first.names:
-        kinds[name], tables[name] = first.kinds[name], first.tables[name]
-        codes[name] = np.concatenate([part.codes[name] for part in parts])
+        tables[key], code_of = _table_of(kinds[key], column)
+        codes[key] = np.repeat(code_of, sizes)
+    names = tuple(dict.fromkeys(n for part in parts for n in part.names))
+    for name in names:
+        kinds[name], tables[name], codes[name], here = _joined(name, parts)
+        if not here.all():
+            present[name] = here
     columns = {name: tables[name][codes[name]] for name in tables}
-    return Space(names=(*keys, *first.names), kinds=kinds, columns=columns,
+    return Space(names=(*keys, *names), kinds=kinds, columns=columns,
                  size_before_constraints=sum(p.size_before_constraints for p in parts),
-                 tables=tables, codes=codes, problem_keys=tuple(keys), starts=starts)
+                 tables=tables, codes=codes, problem_keys=tuple(keys), starts=starts,
+                 present=present)
+
+
+def _table_of(kind: type, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values (as `kind`, compared by canonical JSON: 1 and 1.0 are one
+    float), in order of first appearance, and each value's code in that table."""
+    code_of_text: dict[str, int] = {}
+    code_of = [code_of_text.setdefault(canonical_json(kind(v)), len(code_of_text))
+               for v in values]
+    table = np.array([kind(json.loads(t)) for t in code_of_text], dtype=_NUMPY[kind])
+    return table, np.array(code_of, dtype=np.int64)
+
+
+def _joined(name: str, parts: Sequence[Space]) -> tuple[type, np.ndarray, np.ndarray,
+                                                        np.ndarray]:
+    """One parameter over the parts: its kind (widened as value_kind does; mixed: str), its
+    table (the union of the parts' values, recoded), codes and where it is set."""
+    owners = [p for p in parts if name in p.names]
+    first = owners[0]
+    if all(p.kinds[name] is first.kinds[name] and np.array_equal(p.tables[name], first.tables[name])
+           for p in owners):  # one space over the problems: the table as it is
+        kind, table = first.kinds[name], first.tables[name]
+        recode: list[np.ndarray | None] = [None] * len(owners)
+    else:
+        kind = value_kind([v for p in owners for v in p.tables[name].tolist()]) or str
+        table, code_of = _table_of(kind, [v for p in owners for v in p.tables[name].tolist()])
+        bounds = np.cumsum([0, *(len(p.tables[name]) for p in owners)])
+        recode = [code_of[a:b] for a, b in itertools.pairwise(bounds)]
+    codes, here = [], []
+    mapping = dict(zip(map(id, owners), recode))
+    for part in parts:
+        if name not in part.names:
+            codes.append(np.zeros(len(part), dtype=np.int64))
+            here.append(np.zeros(len(part), dtype=bool))
+            continue
+        to = mapping[id(part)]
+        codes.append(part.codes[name] if to is None else to[part.codes[name]])
+        here.append(part.present.get(name, np.ones(len(part), dtype=bool)))
+    return kind, table, np.concatenate(codes), np.concatenate(here)
+
+
+def expand_configs(configs: Sequence[Mapping[str, Scalar]],
+                   constraints: Sequence[Constraint]) -> Space:
+    """An explicit list of configs, in the order written, less those a constraint refuses.
+    A config without a parameter others set leaves it unset (the kernel's default applies);
+    a constraint reading a parameter a config leaves unset does not refuse it."""
+    names = tuple(dict.fromkeys(n for c in configs for n in c))
+    kinds = parameter_kinds({n: [c[n] for c in configs if n in c] for n in names})
+    tables, codes, present = {}, {}, {}
+    for n in names:
+        here = np.array([n in c for c in configs], dtype=bool)
+        tables[n], set_codes = _table_of(kinds[n], [c[n] for c in configs if n in c])
+        codes[n] = np.zeros(len(configs), dtype=np.int64)
+        codes[n][here] = set_codes
+        present[n] = here
+    columns = {n: tables[n][codes[n]] for n in names}
+    keep = np.ones(len(configs), dtype=bool)
+    for constraint in constraints:
+        unset = np.zeros(len(configs), dtype=bool)
+        for n in constraint.names:
+            unset |= ~present[n]
+        keep &= constraint.mask(columns, len(configs)) | unset
+    at = np.flatnonzero(keep)
+    names = tuple(n for n in names if present[n][at].any())
+    return Space(names=names, kinds={n: kinds[n] for n in names},
+                 columns={n: columns[n][at] for n in names},
+                 size_before_constraints=len(configs), tables={n: tables[n] for n in names},
+                 codes={n: codes[n][at] for n in names},
+                 present={n: present[n][at] for n in names if not present[n][at].all()})
 
 
 def _strides(sizes: Sequence[int]) -> list[int]:
