@@ -47,8 +47,8 @@ def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
     weights = [compile_weight(space.kernel_config(i)) for i in indices]
     place: list[tuple[Any, ...]] = [(i,) for i in indices]
     if len(space.starts) > 1:
-        names = space.kernel_names
-        place = [tuple(int(space.codes[n][i]) for n in names) for i in indices]
+        codes = [space.levels(n)[0] for n in space.kernel_names]  # unset: a code of its own
+        place = [tuple(int(c[i]) for c in codes) for i in indices]
     ranked = sorted(range(len(indices)), key=lambda k: (-weights[k], place[k], indices[k]))
     groups: list[list[int]] = []  # the ranked configs, a kernel config's problems together
     for k in ranked:

@@ -194,14 +194,21 @@ class Guided:
                  warm: Sequence[int] = ()) -> None:
         self.space, self.options, self.batch, self.warm = space, options, batch, list(warm)
         self.limit = max(1, math.ceil(options.budget * len(space)))
-        self.varied = [n for n in space.names if len(space.tables[n]) > 1]
+        # A parameter some configs leave unset has that as a value of its own (levels).
+        levels = {n: space.levels(n) for n in space.names}
+        self.varied = [n for n in space.names if levels[n][1] > 1]
+        self.codes = {n: levels[n][0] for n in self.varied}
         # Each config's position in the product of the varied parameters' value lists:
-        # ascending, as the space is in product order, so a neighbour is a binary search.
-        self.sizes = sizes = [len(space.tables[n]) for n in self.varied]
+        # ascending for a product, so a neighbour is a binary search (through `order`,
+        # which sorts them, for an explicit list of configs).
+        self.sizes = sizes = [levels[n][1] for n in self.varied]
         self.strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
         self.keys = np.zeros(len(space), dtype=np.int64)
         for n, stride in zip(self.varied, self.strides):
-            self.keys += space.codes[n].astype(np.int64) * stride
+            self.keys += self.codes[n].astype(np.int64) * stride
+        self.order = None if bool(np.all(self.keys[1:] > self.keys[:-1])) else \
+            np.argsort(self.keys, kind="stable")
+        self.sorted_keys = self.keys if self.order is None else self.keys[self.order]
         # Pairs of parameters whose joint effects the model learns; a pair of long value
         # lists would make more features than a search has trials to fit them.
         self.pairs = [(a, b) for a in range(len(sizes)) for b in range(a + 1, len(sizes))
@@ -240,7 +247,7 @@ class Guided:
         return not bests[-1] < bests[-p - 1] * (1 - self.options.improvement)
 
     def _features(self, indices: np.ndarray) -> np.ndarray:
-        codes = [self.space.codes[n][indices].astype(np.int64) for n in self.varied]
+        codes = [self.codes[n][indices].astype(np.int64) for n in self.varied]
         sizes = self.sizes
         columns, offset = [], 0
         for c, s in zip(codes, sizes):
@@ -260,10 +267,9 @@ class Guided:
         two: a better tile is often a step up in one dimension and down in another."""
         moves: list[int] = []  # key offsets of single steps, by parameter
         single: list[list[int]] = []
-        for n, stride in zip(self.varied, self.strides):
-            code = int(self.space.codes[n][index])
-            steps = [step * stride for step in (-1, 1)
-                     if 0 <= code + step < len(self.space.tables[n])]
+        for n, stride, size in zip(self.varied, self.strides, self.sizes):
+            code = int(self.codes[n][index])
+            steps = [step * stride for step in (-1, 1) if 0 <= code + step < size]
             single.append(steps)
             moves += steps
         if reach > 1:
@@ -271,11 +277,12 @@ class Guided:
                 for b in range(a + 1, len(single)):
                     moves += [x + y for x in single[a] for y in single[b]]
         out = []
+        keys = self.sorted_keys
         for move in moves:
             key = int(self.keys[index]) + move
-            at = int(np.searchsorted(self.keys, key))
-            if at < len(self.keys) and self.keys[at] == key:  # not constrained away
-                out.append(at)
+            at = int(np.searchsorted(keys, key))
+            if at < len(keys) and keys[at] == key:  # not constrained away
+                out.append(at if self.order is None else int(self.order[at]))
         return out
 
     def _guided(self, room: int, seen: Seen, taken: set[int],

@@ -88,7 +88,14 @@ def indices_of(space: Space, configs: Sequence[Mapping[str, Any]]) -> list[int]:
                 match[:] = False
                 break
             match &= space.codes[name] == codes[0]
-        found = np.flatnonzero(match)
+            if name in space.present:  # code 0 also stands for unset
+                match &= space.present[name]
+        # Where configs leave parameters unset, one that leaves this one's unset too.
+        exact = match.copy()
+        for name, present in space.present.items():
+            if name not in config:
+                exact &= ~present
+        found = np.flatnonzero(exact if exact.any() else match)
         if len(found) and int(found[0]) not in out:
             out.append(int(found[0]))
     return out
