@@ -5,7 +5,6 @@ it and hold null in the trial table. Real sweeps on the simulate backend."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
