@@ -261,3 +261,25 @@ def test_a_problems_configs_are_checked_against_the_kernels_parameters(tmp_path)
     with pytest.raises(SpecError, match=r"problems\[1\]\.configs\.TILE: not a parameter of "
                                         "kernel matmul"):
         load_spec(write_spec(tmp_path / "s.yaml", **doc))
+
+
+def test_the_same_sweep_again_is_answered_from_the_cache_for_a_problem_of_its_own_space(
+        tmp_path):
+    """The cache answers kernel backends only: a real interpreter sweep, one problem of the
+    spec's space and one of its own configs."""
+    tile = {"BLOCK_M": 16, "BLOCK_K": 16, "GROUP_M": 1}
+    doc = dict(name="own", kernel="matmul", problem={"N": 32, "K": 16, "dtype": "float32"},
+               space={**{k: [v] for k, v in tile.items()}, "BLOCK_N": [16, 32]},
+               problems=[{"M": 16}, {"M": 32, "configs": [  # num_warps: not the spec's
+                   {**tile, "BLOCK_N": 32, "num_warps": 4},
+                   {**tile, "BLOCK_N": 16, "num_warps": 4}]}],
+               timing={"warmup_ms": 1, "rep_ms": 3}, run={"backend": "interpret",
+                                                          "finalists": 0})
+    spec = write_spec(tmp_path / "s.yaml", **doc)
+    first = sweep_in("run", spec, "--out", tmp_path / "run")
+    assert first.returncode == 0, first.stderr
+    again = sweep_in("run", spec, "--out", tmp_path / "again")
+    assert again.returncode == 0, again.stderr
+    cached = [line for line in again.stdout.splitlines() if "cached —" in line]
+    assert len(cached) == 2 and '"M":32' in cached[1], again.stdout
+    assert not (tmp_path / "again").exists()

@@ -220,4 +220,4 @@ def interpreted_options(spec: Spec, backend: str) -> list[str]:
     """Launch options the space varies, on the interpreter, which ignores them."""
     if not traits(backend).interpreted:
         return []
-    return [k for k in LAUNCH_OPTIONS if len(spec.space.get(k, ())) > 1]
+    return [k for k in LAUNCH_OPTIONS if len(spec.every_space.get(k, ())) > 1]

@@ -113,7 +113,7 @@ def fits(spec: Spec, entry: cache.CacheEntry) -> bool:
     """Whether the entry's config sets only parameters this sweep tunes: one that names
     others (a hand edit, another sweep that tuned more) cannot be its answer, though it
     may lie outside the space's values (the best any sweep of that key found)."""
-    return set(entry.config) <= set(spec.space)
+    return set(entry.config) <= set(spec.every_space)
 
 
 def store_best(spec: Spec, path: Path, tally: Tally, backend: str, partial: bool,

@@ -54,7 +54,8 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
     except KernelError as e:
         raise r.fail("kernel", clip_text(str(e), 300)) from None
     merged_problem = check_problem(r, kernel, dict(problem), backend)
-    merged_fixed = check_fixed(r, kernel, fixed, space)
+    every = {**space, **{name: [] for mine in own if mine for name in mine[1]}}
+    merged_fixed = check_fixed(r, kernel, fixed, every)
     if not own or not all(own):
         check_parameters(r, kernel, space, merged_fixed, where)
     for i, mine in enumerate(own):

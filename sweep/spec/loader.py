@@ -34,9 +34,8 @@ from sweep.spec.sections import (
     read_space,
     read_timing,
     read_validation,
-    union_space,
 )
-from sweep.spec.space import parameter_kinds
+from sweep.spec.space import parameter_kinds, union_space
 from sweep.spec.yaml_loader import parse_yaml, read_text
 
 

@@ -17,7 +17,14 @@ from actors.backends import CHOICES
 from storage.records import canonical_json
 from sweep.spec.constraints import Constraint
 from sweep.spec.search_options import SearchOptions
-from sweep.spec.space import Space, SpaceTooLarge, concatenate, expand, expand_configs
+from sweep.spec.space import (
+    Space,
+    SpaceTooLarge,
+    concatenate,
+    expand,
+    expand_configs,
+    union_space,
+)
 
 BACKENDS = CHOICES
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
@@ -204,6 +211,11 @@ class Spec:
     def each_problem(self) -> tuple[Mapping[str, Any], ...]:
         """Every problem the sweep tunes: `problems:`, or the one `problem`."""
         return self.problems or (self.problem,)
+
+    @functools.cached_property
+    def every_space(self) -> dict[str, list[Any]]:
+        """Every parameter that the spec or any of its problems tunes, with every value."""
+        return union_space([self.space, *(o.space for o in self.problem_spaces if o)])
 
     def own_space(self, problem: int | None = None) -> OwnSpace:
         """What the problem (or a sweep of one) tunes: its own space, or the spec's."""

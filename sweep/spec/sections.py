@@ -160,17 +160,6 @@ def read_own_spaces(r: Reader, value: Any) -> tuple[Any, tuple[OwnSpace | None, 
     return entries, tuple(own) if any(own) else ()
 
 
-def union_space(spaces: Sequence[Mapping[str, list[Any]]]) -> dict[str, list[Any]]:
-    """Every parameter of the spaces with every value it takes, in order of first
-    appearance (values compared by canonical JSON)."""
-    values: dict[str, dict[str, Any]] = {}
-    for space in spaces:
-        for name, vs in space.items():
-            for v in vs:
-                values.setdefault(name, {}).setdefault(canonical_json(v), v)
-    return {name: list(vs.values()) for name, vs in values.items()}
-
-
 def read_problems(r: Reader, value: Any, problem: Mapping[str, Any],
                   spaces: Sequence[Mapping[str, list[Any]]],
                   fixed: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

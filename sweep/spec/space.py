@@ -44,6 +44,17 @@ def parameter_kinds(space: Mapping[str, Sequence[Scalar]]) -> dict[str, type]:
     return {name: value_kind(values) or str for name, values in space.items()}
 
 
+def union_space(spaces: Sequence[Mapping[str, list[Any]]]) -> dict[str, list[Any]]:
+    """Every parameter of the spaces with every value it takes, in order of first
+    appearance (values compared by canonical JSON)."""
+    values: dict[str, dict[str, Any]] = {}
+    for space in spaces:
+        for name, vs in space.items():
+            for v in vs:
+                values.setdefault(name, {}).setdefault(canonical_json(v), v)
+    return {name: list(vs.values()) for name, vs in values.items()}
+
+
 _NUMPY: dict[type, Any] = {bool: np.bool_, int: np.int64, float: np.float64, str: object}
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
 
