@@ -162,6 +162,8 @@ class Spec:
     kernel: str
     problem: Mapping[str, Any]  # with the kernel's defaults merged in
     problem_as_written: Mapping[str, Any]  # the file's own problem mapping
+    # `space:` as written; with `configs:`, the values each parameter takes over them; with
+    # neither (every problem tunes its own), every parameter of theirs with every value.
     space: Mapping[str, list[Any]]
     constraints: tuple[Constraint, ...]
     timing: Timing
