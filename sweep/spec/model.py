@@ -18,6 +18,7 @@ from storage.records import canonical_json
 from sweep.spec.constraints import Constraint
 from sweep.spec.search_options import SearchOptions
 from sweep.spec.space import Space, SpaceTooLarge, concatenate, expand
+from sweep_kernels import CAPTURE
 
 BACKENDS = CHOICES
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
@@ -167,6 +168,8 @@ class Spec:
         keys: dict[str, None] = {}
         for entry in self.problem_entries:
             keys.update(dict.fromkeys(entry))
+        if self.kernel.startswith(CAPTURE):  # a capture's table names each call's kernel
+            return tuple(k for k in keys if k in ("kernel", "key"))
         return tuple(k for k in keys
                      if len({canonical_json(p.get(k)) for p in self.problems}) > 1)
 
