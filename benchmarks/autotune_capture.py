@@ -21,7 +21,8 @@ Per program (benchmarks/programs/):
 Usage (on the GPU machine, the packages importable, e.g. their wheels in /tmp/site and
 PYTHONPATH=/tmp/site):
     python3 benchmarks/autotune_capture.py --out DIR [--only liger_moe,fla] [--rounds 2]
-        [--deadline-s 560] [--name autotune_capture] [--args NAME="ARGS"] [--commit SHA]
+        [--deadline-s 560] [--run-limit-s 240] [--name autotune_capture] [--args NAME="ARGS"]
+        [--commit SHA]
 Writes as it goes: DIR/NAME.log per program (every command's lines), DIR/runs-NAME.tar.gz
 (the capture and the run directory) and DIR/autotune_capture-DATE.json, the same JSON
 under --results (default benchmarks/results). --cpu (a dry run): the tiny program
@@ -92,7 +93,8 @@ class Context:
         a Triton cache of the step's own, and a best-config cache apart from the user's."""
         path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SWEEP_AUTOTUNE", "TRITON_CACHE_AUTOTUNING"))}
+               if not k.startswith(("SWEEP_AUTOTUNE", "TRITON_CACHE_AUTOTUNING",
+                                     "LIGER_FUSED_MOE_AUTOTUNE"))}
         env.update(PYTHONPATH=os.pathsep.join([*path, str(ROOT)]), PYTHONUNBUFFERED="1",
                    RAY_USAGE_STATS_ENABLED="0", TRITON_PRINT_AUTOTUNING="1",
                    TRITON_CACHE_DIR=str(self.tmp / program / triton_cache),
@@ -158,9 +160,11 @@ def ours(program: Program, prog: list[str], ctx: Context, log: Log, entry: dict[
              ("run", [PY, "-m", "sweep", "run", cap / "spec.yaml", "--out", run_dir]),
              ("exec", [PY, "-m", "sweep", "exec", run_dir, "--", *prog]))
     got: dict[str, Any] = entry.setdefault("ours", {})
+    got["triton_cache"] = "one, empty at start, shared by capture, run and exec"
     for name, argv in steps:
         reserve = 30.0 if name == "exec" else 60.0
-        got[name] = timed(argv, log, env, ctx.left() - reserve)
+        limit = ctx.args.run_limit_s if name == "run" else ctx.left()
+        got[name] = timed(argv, log, env, min(limit, ctx.left() - reserve))
         summary(program.name, name, got[name])
         if name == "capture" and (cap / "spec.yaml").exists():
             got["spec_yaml"] = (cap / "spec.yaml").read_text().splitlines()[:400]
@@ -307,6 +311,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--args", action="append", default=[], metavar='NAME="ARGS"',
                     help="a program's arguments instead of its defaults")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved steady-step pairs")
+    ap.add_argument("--run-limit-s", type=float, default=240.0,
+                    help="`sweep run` past this gets SIGINT (it stops resumably, its best kept)")
     ap.add_argument("--deadline-s", type=float, default=560.0,
                     help="the whole script's time; later steps are skipped to fit it")
     ap.add_argument("--name", default=None, help="the result's name (default autotune_capture)")

@@ -86,3 +86,21 @@ def test_steady_pairs_give_the_median_of_ours_over_tritons_per_size() -> None:
     assert [p["size"] for p in pairs] == [{"n": 1}, {"n": 2}]
     assert pairs[0]["median_ratio"] == pytest.approx(1.0) and pairs[0]["within_target"]
     assert pairs[1]["median_ratio"] == pytest.approx(1.05) and not pairs[1]["within_target"]
+
+
+@pytest.mark.slow
+def test_the_cpu_dry_run_captures_tunes_and_loads_the_tiny_program_without_tuning_again(
+        tmp_path: Path) -> None:
+    """The whole benchmark on the tiny program under the interpreter: every command exits
+    0, the loaded program tunes no key itself, and its results match Triton's picks'."""
+    subprocess.run([sys.executable, "benchmarks/autotune_capture.py", "--cpu", "--rounds", "0",
+                    "--out", str(tmp_path)], cwd=ROOT, env={**os.environ,
+                    "PYTHONPATH": str(ROOT)}, check=True, timeout=900, capture_output=True)
+    (result,) = tmp_path.glob("autotune_capture_cpu-*.json")
+    tiny = json.loads(result.read_text())["programs"]["tiny"]
+    assert [tiny["ours"][s]["rc"] for s in ("capture", "run", "exec")] == [0, 0, 0]
+    assert tiny["targets"]["exec_triton_tuned"] == 0
+    assert tiny["targets"]["capture_triton_tuned"] == 0
+    assert [k["pick"]["within_target"] for k in tiny["per_key"]] == [True, True]
+    steady = tiny["steady"]
+    assert [s["checksums"]["ours"] for s in steady] == [s["checksums"]["triton"] for s in steady]
