@@ -197,7 +197,8 @@ def rounds(prog: list[str], ctx: Context, log: Log, entry: dict[str, Any],
         pair = [("triton", prog, env_t), ("ours", [PY, "-m", "sweep", "exec", run_dir, "--",
                                                     *prog], env_o)]
         for which, argv, env in pair if r % 2 == 0 else reversed(pair):
-            done = timed(argv, log, env, ctx.left() - 15)
+            # Past 3x the loaded run's time, Triton is tuning again (its disk cache missed).
+            done = timed(argv, log, env, min(ctx.left() - 15, max(60.0, 3 * last_exec)))
             done["which"] = which
             extra.append(done)
             if done["program"]:
