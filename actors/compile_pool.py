@@ -135,7 +135,9 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
                 while len(made) > KEPT_PROBLEMS:
                     made.popitem(last=False)
             keywords = {**fixed, **config}
-            compiled = kernel.fn.warmup(*args, grid=kernel.grid(problem, keywords), **keywords)
+            positional, passed = args
+            compiled = kernel.function(problem).warmup(
+                *positional, grid=kernel.grid(problem, keywords), **passed, **keywords)
             # Loading it here checks the GPU's limits (shared memory, threads per block) and
             # builds Triton's launcher for the signature, both off the GPU's critical path.
             init_handles = getattr(compiled, "_init_handles", None)
@@ -163,10 +165,13 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
     return kernel, problem, args, {**kernel.fixed, **spec["fixed"]}
 
 
-def _arguments(kernel: Any, problem: dict[str, Any], seed: int) -> Any:
+def _arguments(kernel: Any, problem: dict[str, Any],
+               seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(positional, keyword) launch arguments of the problem's inputs."""
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     inputs = kernel.make_inputs(problem, device, seed)
-    return kernel.launch_args(inputs, problem)[0]
+    args, _, passed = kernel.arguments(inputs, problem)
+    return args, passed
 
 
 @dataclass

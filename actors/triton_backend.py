@@ -115,10 +115,10 @@ class ProblemInputs:
         self.inputs = _clone(self.pristine)
         self._expected: tuple[Any, ...] | None = None
 
-    def fresh(self) -> tuple[Any, Any]:
-        """launch_args (args, out) over the inputs, restored to the draw."""
+    def fresh(self) -> tuple[Any, Any, dict[str, Any]]:
+        """The launch's (args, out, keywords) over the inputs, restored to the draw."""
         _restore(self.inputs, self.pristine)
-        return self.kernel.launch_args(self.inputs, self.problem)
+        return self.kernel.arguments(self.inputs, self.problem)
 
     def expected(self) -> tuple[Any, ...]:
         """The reference's outputs on the draw (copies: no later launch can change them)."""
@@ -156,7 +156,7 @@ class TritonBackend:
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
         self.seed = seed
         self._inputs: dict[str, ProblemInputs] = {}  # per problem, made once
-        self._warm_up(self._inputs_for(problem).inputs, problem)
+        self._warm_up(problem)
 
     def _split(self, config: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """(the trial's problem, the kernel's config) of a config as the worker got it."""
@@ -172,13 +172,17 @@ class TritonBackend:
             self._inputs[key] = ProblemInputs(self.kernel, problem, self.device, self.seed)
         return self._inputs[key]
 
-    def _warm_up(self, inputs: tuple[Any, ...], problem: Mapping[str, Any]) -> None:
+    def _warm_up(self, problem: Mapping[str, Any]) -> None:
         """Pay the one-time costs now, while the compile pool starts, not in the first
         trial (on an H200 that trial took 1.3 s longer than the rest, cache warm): torch's
         first reference and comparison (cuBLAS set-up), the timer, Triton's GPU driver."""
         import torch
 
-        expected = outputs(self.kernel.reference(inputs, problem))[0]
+        try:
+            expected = outputs(self.kernel.reference(self._inputs_for(problem).inputs,
+                                                     problem))[0]
+        except Exception:  # the problem's trials will say why; the worker stays up
+            return
         torch.allclose(expected, expected)
         first = outputs(self._inputs_for(problem).fresh()[1])[0]
         self._time(lambda: first.zero_(), 1.0, 1.0)
@@ -194,10 +198,12 @@ class TritonBackend:
         drawn once from the run's seed."""
         import torch
 
-        fn = self.kernel.fn
         problem, config = self._split(config)
         keywords = self._keywords(config)
-        grid = self.kernel.grid(problem, keywords)
+        try:  # a captured kernel may no longer import
+            fn, grid = self.kernel.function(problem), self.kernel.grid(problem, keywords)
+        except Exception as e:
+            return TrialOutcome("runtime_error", "skipped", error=_error_text(e))
         compile_ms = None
         if compiled is not None:
             if not compiled.ok:
@@ -205,10 +211,19 @@ class TritonBackend:
                 return TrialOutcome(status, "skipped", error=clip_error(compiled.error),
                                     compile_ms=compiled.compile_ms)
             compile_ms = compiled.compile_ms
-        given = self._inputs_for(problem)
         # Before the launch: a kernel's output may be one of its inputs.
-        reference = given.expected() if self.tolerance is not None else ()
-        args, out = given.fresh()
+        try:
+            given = self._inputs_for(problem)
+            reference = given.expected() if self.tolerance is not None else ()
+        except Exception as e:
+            if not self.interpret and _is_sticky_cuda_error(e):
+                raise ProcessPoisoned(TrialOutcome("crashed", "skipped",
+                                                   error=_error_text(e))) from None
+            return TrialOutcome("runtime_error", "skipped", compile_ms=compile_ms,
+                                error=_error_text(e, "the problem's inputs or reference "
+                                                     "failed: "))
+        args, out, passed = given.fresh()
+        keywords = {**passed, **keywords}
         if compiled is None and not self.interpret:
             t0 = time.perf_counter()
             try:
@@ -272,9 +287,9 @@ class TritonBackend:
         if any(p != problem for p, _ in split):
             raise ValueError("finalists of more than one problem re-timed together")
         given = self._inputs_for(problem)
-        args, _ = given.fresh()
+        args, _, passed = given.fresh()
         inputs = given.inputs
-        launches = [self._launcher(c, problem, args) for _, c in split]
+        launches = [self._launcher(c, problem, args, passed) for _, c in split]
         samples: list[list[float]] = [[] for _ in configs]
         torch_fn = self.kernel.baseline or self.kernel.reference
 
@@ -311,9 +326,10 @@ class TritonBackend:
         return {**self.fixed, **config}
 
     def _launcher(self, config: Mapping[str, Any], problem: Mapping[str, Any],
-                  args: Sequence[Any]) -> Callable[[], None]:
+                  args: Sequence[Any], passed: Mapping[str, Any]) -> Callable[[], None]:
         keywords = self._keywords(config)
-        fn, grid = self.kernel.fn, self.kernel.grid(problem, keywords)
+        fn, grid = self.kernel.function(problem), self.kernel.grid(problem, keywords)
+        keywords = {**passed, **keywords}
         return lambda: fn[grid](*args, **keywords)
 
     def _launch_failure(self, e: Exception, compile_ms: float | None,

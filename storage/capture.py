@@ -101,6 +101,9 @@ class Call:
     restore_value: tuple[str, ...] = ()
     hooks: bool = False
     device: str = "cpu"  # "cuda" or "cpu", where the program's tensors were
+    # The folder the kernel's module was imported from (its top package's parent): put on
+    # a worker's sys.path, where the program's own path (its script's folder) is not.
+    root: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,8 @@ class _Checker:
                                                f"{where}.reset_to_zero"),
                     restore_value=self.strings(c.get("restore_value", []),
                                                f"{where}.restore_value"),
-                    hooks=c.get("hooks", False), device=device)
+                    hooks=c.get("hooks", False), device=device,
+                    root=self.text(c.get("root", ""), f"{where}.root"))
 
     def config(self, value: Any, where: str) -> CapturedConfig:
         c = self.mapping(value, where, ("kwargs", "num_warps", "num_stages", "grid"))
@@ -329,6 +333,32 @@ class _Checker:
                             any(ch not in "0123456789abcdef" for ch in tensor.blob)):
             raise self.fail(f"{where}.tensor.blob", "a SHA-256 in hex")
         return Arg(name, tensor=tensor)
+
+
+def config_form(values: Mapping[str, Any]) -> str:
+    """A config (kwargs and launch options) as canonical text: what matches a tuned config
+    to the live triton.Config of a kernel's list. num_ctas 1 and maxnreg None are Triton's
+    defaults, so a config that leaves them out is the same config."""
+    values = dict(values)
+    values.setdefault("num_ctas", 1)
+    if values.get("maxnreg") is None:
+        values.pop("maxnreg", None)
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def module_root(module_name: str) -> str:
+    """The folder a module is imported from: its file's folder, up one per package level."""
+    import sys
+
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    if not path:
+        return ""
+    folder = Path(path).resolve().parent
+    if Path(path).name == "__init__.py":
+        folder = folder.parent
+    for _ in range(module_name.count(".")):
+        folder = folder.parent
+    return str(folder)
 
 
 def module_file_digest(module_name: str) -> str:

@@ -16,12 +16,11 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
-Problem = Mapping[str, Any]
-Config = Mapping[str, Any]
+# The record's own module (a capture's record extends it); re-exported here, its home.
+from sweep_kernels.record import Config as Config
+from sweep_kernels.record import Kernel as Kernel
+from sweep_kernels.record import Problem as Problem
 
 BUILTIN = {
     "matmul": "sweep_kernels.matmul:KERNEL",
@@ -31,52 +30,27 @@ BUILTIN = {
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """What the sweep needs of a Triton kernel.
-
-    fn: the @triton.jit function; every config key is passed to it as a keyword
-        (constexprs, and launch options such as num_warps and num_stages), and so is
-        every fixed value.
-    problem_defaults: every problem key with its default; a spec may override only these,
-        with values of the same type. A "dtype" key takes one of DTYPES.
-    make_inputs(problem, device, seed): input tensors, random and never all zeros.
-    reference(inputs, problem): the expected output, computed with torch: a tensor, or a
-        tuple of them in launch_args' order when the kernel writes several.
-    launch_args(inputs, problem): (positional args for fn, the output it fills): a tensor,
-        or a tuple (or list) of tensors, each validated against its reference.
-    grid(problem, config): the launch grid; config holds the fixed values too.
-    flops / bytes_moved(problem): work per launch, for TFLOP/s and GB/s in reports.
-    baseline(inputs, problem): torch's own fastest way to the same output at the kernel's
-        precision (`a @ b`, not the reference's float32 product): the speed to beat,
-        timed beside the finalists on the same device and inputs. Without it the
-        reference is timed, and reports say so.
-    fixed: keyword arguments of fn that are not tuned (a mode flag, an epsilon) with
-        their values, JSON scalars; a spec's `fixed:` overrides them, and a parameter the
-        spec tunes drops its entry here. Not part of any config.
-    """
-
-    name: str
-    fn: Any
-    problem_defaults: Mapping[str, Any]
-    make_inputs: Callable[[Problem, str, int], tuple[Any, ...]]
-    reference: Callable[[tuple[Any, ...], Problem], Any]
-    launch_args: Callable[[tuple[Any, ...], Problem], tuple[tuple[Any, ...], Any]]
-    grid: Callable[[Problem, Config], tuple[int, ...]]
-    flops: Callable[[Problem], float] | None = None
-    bytes_moved: Callable[[Problem], float] | None = None
-    baseline: Callable[[tuple[Any, ...], Problem], Any] | None = None
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-
-
 class KernelError(ValueError):
     """The kernel name does not resolve to a Kernel."""
 
 
+CAPTURE = "capture:"  # a kernel named "capture:PATH" is the capture in PATH (sweep capture)
+
+
+def capture_path(name: str) -> str | None:
+    """PATH of a "capture:PATH" kernel name; None for any other name."""
+    return name[len(CAPTURE):] if name.startswith(CAPTURE) else None
+
+
 def reference_of(name: str) -> str:
-    """'matmul' or 'pkg.mod:attr' -> 'module:attr', without importing anything."""
+    """'matmul' or 'pkg.mod:attr' -> 'module:attr', without importing anything; a capture
+    -> 'sweep_kernels.captured:program'."""
     if name in BUILTIN:
         return BUILTIN[name]
+    if capture_path(name) is not None:
+        if not capture_path(name):
+            raise KernelError("expected capture:PATH, the capture.json `sweep capture` wrote")
+        return "sweep_kernels.captured:program"
     module, sep, attr = name.partition(":")
     if not sep or not module or not attr.isidentifier():
         builtins = ", ".join(sorted(BUILTIN))
@@ -90,6 +64,9 @@ def load_kernel(name: str, search_path: str = "") -> Kernel:
     module_name, _, attr = reference_of(name).partition(":")
     if search_path and search_path not in sys.path:
         sys.path.append(search_path)
+    path = capture_path(name)
+    if path is not None:
+        return _captured(path)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -108,6 +85,22 @@ def load_kernel(name: str, search_path: str = "") -> Kernel:
         raise KernelError(f"{module_name}:{attr} is a {type(kernel).__name__}, not a "
                           f"sweep_kernels.Kernel record ({has})")
     return kernel
+
+
+def _captured_files(kernel: Kernel) -> dict[str, str]:
+    from sweep_kernels.captured import source_files as captured_files
+
+    return captured_files(kernel)
+
+
+def _captured(path: str) -> Kernel:
+    from storage.capture import CaptureError
+    from sweep_kernels.captured import program
+
+    try:
+        return program(path)
+    except CaptureError as e:
+        raise KernelError(str(e)) from None
 
 
 def _import_failed(module_name: str, e: BaseException) -> str:
@@ -161,6 +154,8 @@ def source_files(name: str, kernel: Kernel) -> dict[str, str]:
     one imports), each with the SHA-256 of its bytes: what a cached answer checks, from
     files alone, to know that the kernel is the one it tuned without importing it (and
     torch). {} where a module has no file."""
+    if capture_path(name) is not None:
+        return _captured_files(kernel)
     tops = {m.partition(".")[0] for m in _source_modules(name, kernel)}
     out = {}
     for module_name, module in list(sys.modules.items()):
@@ -179,6 +174,8 @@ def origin_of(name: str, search_path: str = "") -> str | None:
     """The file the kernel's module would be imported from now (as load_kernel looks for
     it), without importing it (a package's parents are imported); None where it cannot
     be told."""
+    if capture_path(name) is not None:
+        return os.path.abspath(capture_path(name) or ".")
     module_name = reference_of(name).partition(":")[0]
     if search_path and search_path not in sys.path:
         sys.path.append(search_path)
@@ -201,6 +198,9 @@ def file_digest(path: str) -> str:
 def source_digest(name: str, kernel: Kernel) -> str:
     """SHA-256 over the source of the module named in the spec and the module defining the
     Triton function: an edit to either invalidates a resume."""
+    if capture_path(name) is not None:
+        return hashlib.sha256("".join(f"{p}\0{d}\0" for p, d in sorted(
+            _captured_files(kernel).items())).encode()).hexdigest()
     modules = _source_modules(name, kernel)
     digest = hashlib.sha256()
     for module in modules:

@@ -8,10 +8,11 @@ kernel is imported by, its tuning key, and a config's canonical form.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from storage.capture import config_form as capture_form
 
 Proceed = Callable[[], Any]
 
@@ -44,8 +45,8 @@ def install(listener: Listener) -> None:
 
             return call(0)
 
-        run.__wrapped__ = original  # type: ignore[attr-defined]
-        Autotuner.run = run  # type: ignore[method-assign]
+        setattr(run, "__wrapped__", original)  # noqa: B010 (a function has no such slot)
+        Autotuner.run = run
     if listener not in _listeners:
         _listeners.append(listener)
 
@@ -58,7 +59,7 @@ def uninstall(listener: Listener) -> None:
     if not _listeners and _original is not None:
         from triton.runtime.autotuner import Autotuner
 
-        Autotuner.run = _original  # type: ignore[method-assign]
+        Autotuner.run = _original
         _original = None
 
 
@@ -99,10 +100,6 @@ def config_form(config: Any) -> str:
     """A triton.Config (or a spec's config mapping) as canonical text: what matches a
     tuned config to the live one in a kernel's list."""
     if hasattr(config, "all_kwargs"):
-        values = {k: v for k, v in config.all_kwargs().items() if k != "ir_override"}
-    else:
-        values = dict(config)
-    values.setdefault("num_ctas", 1)
-    if values.get("maxnreg") is None:
-        values.pop("maxnreg", None)
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+        return capture_form({k: v for k, v in config.all_kwargs().items()
+                             if k != "ir_override"})
+    return capture_form(config)

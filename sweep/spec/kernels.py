@@ -23,6 +23,7 @@ from sweep_kernels import (
     source_digest,
     source_files,
 )
+from sweep_kernels.captured import CapturedKernel
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,14 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
     except KernelError as e:
         raise r.fail("kernel", clip_text(str(e), 300)) from None
     merged_problem = check_problem(r, kernel, dict(problem), backend)
-    every = {**space, **{name: [] for mine in own if mine for name in mine[1]}}
-    merged_fixed = check_fixed(r, kernel, fixed, every)
-    if not own or not all(own):
-        check_parameters(r, kernel, space, merged_fixed, where)
-    for i, mine in enumerate(own):
-        if mine is not None:
-            check_parameters(r, kernel, mine[1], merged_fixed, f"problems[{i}].{mine[0]}")
+    if isinstance(kernel, CapturedKernel):  # each problem's configs are its kernel's own
+        if fixed:
+            raise r.fail("fixed", "a capture's kernels take every argument from the call "
+                                  "captured; nothing can be fixed")
+        merged_fixed: dict[str, Any] = {}
+        check_captured(r, kernel, problems or (problem,))
+    else:
+        merged_fixed = check_spaces(r, kernel, fixed, space, own, where)
     each = tuple(check_problem(r, kernel, dict(p), backend, f"problems[{i}]")
                  for i, p in enumerate(problems))
     return KernelFacts(problem=merged_problem, fixed=merged_fixed,
@@ -68,6 +70,32 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
                        files=source_files(kernel_name, kernel),
                        work=work_per_launch(kernel, merged_problem), problems=each,
                        problem_work=tuple(work_per_launch(kernel, p) for p in each))
+
+
+def check_spaces(r: Reader, kernel: Kernel, fixed: Mapping[str, Any],
+                 space: Mapping[str, list[Any]],
+                 own: Sequence[tuple[str, Mapping[str, list[Any]]] | None],
+                 where: str) -> dict[str, Any]:
+    """The fixed values merged over the kernel's, and each space the spec tunes (the
+    spec's where a problem tunes it, each problem's own) checked against its signature."""
+    every = {**space, **{name: [] for mine in own if mine for name in mine[1]}}
+    merged_fixed = check_fixed(r, kernel, fixed, every)
+    if not own or not all(own):
+        check_parameters(r, kernel, space, merged_fixed, where)
+    for i, mine in enumerate(own):
+        if mine is not None:
+            check_parameters(r, kernel, mine[1], merged_fixed, f"problems[{i}].{mine[0]}")
+    return merged_fixed
+
+
+def check_captured(r: Reader, kernel: CapturedKernel,
+                   problems: Sequence[Mapping[str, Any]]) -> None:
+    """Every problem is a call the capture holds."""
+    for i, p in enumerate(problems):
+        why = kernel.problem_error({**kernel.problem_defaults, **p})
+        if why is not None:
+            raise r.fail(f"problems[{i}]" if len(problems) > 1 or "key" not in p
+                         else "problem", clip_text(why, 300))
 
 
 def work_per_launch(kernel: Kernel, problem: Mapping[str, Any]) -> dict[str, float]:

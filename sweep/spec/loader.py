@@ -118,7 +118,8 @@ def load_spec(path: str | Path, *, backend: str | None = None,
                 kernel_source=facts.source, fixed=facts.fixed,
                 fixed_as_written=fixed_as_written,
                 # A relative table path would not survive the copy into the run directory.
-                overridden=backend is not None or replay.table != written_replay.table,
+                overridden=backend is not None or replay.table != written_replay.table
+                or kernel_name != doc["kernel"],
                 replay=replay, replay_source=replay_source, work=facts.work, search=search,
                 kernel_files=facts.files, problem_entries=tuple(entries or ()),
                 problems=facts.problems, problem_constraints=each_constraints,

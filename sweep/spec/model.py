@@ -25,6 +25,7 @@ from sweep.spec.space import (
     expand_configs,
     union_space,
 )
+from sweep_kernels import CAPTURE
 
 BACKENDS = CHOICES
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
@@ -207,6 +208,8 @@ class Spec:
         keys: dict[str, None] = {}
         for entry in self.problem_entries:
             keys.update(dict.fromkeys(entry))
+        if self.kernel.startswith(CAPTURE):  # a capture's table names each call's kernel
+            return tuple(k for k in keys if k in ("kernel", "key"))
         return tuple(k for k in keys
                      if len({canonical_json(p.get(k)) for p in self.problems}) > 1)
 

@@ -34,7 +34,7 @@ from sweep.spec.model import (
 from sweep.spec.rules import Reader, is_json_scalar, is_off
 from sweep.spec.search_options import OPTIONS_OF, STRATEGIES, SearchOptions
 from sweep.spec.space import value_kind
-from sweep_kernels import KernelError, reference_of
+from sweep_kernels import CAPTURE, KernelError, capture_path, reference_of
 
 
 def read_timing(r: Reader, value: Any) -> Timing:
@@ -116,6 +116,9 @@ def read_kernel(r: Reader, kernel_name: Any) -> str:
         module = reference_of(kernel_name).partition(":")[0]
     except KernelError as e:
         raise r.fail("kernel", f"{e}, got {clip_repr(kernel_name)}") from None
+    path = capture_path(kernel_name)
+    if path is not None:  # from the spec's folder, as the run's copy of the spec must say
+        return CAPTURE + str((r.source.parent / path).resolve())
     if not all(part.isidentifier() for part in module.split(".")):
         # importlib would raise TypeError for a relative name such as ".mod".
         raise r.fail("kernel", "expected 'package.module:attr' with a module path of Python "

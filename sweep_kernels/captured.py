@@ -1,0 +1,216 @@
+"""A capture as a kernel a sweep tunes: every (autotuned kernel, key) a program called is a
+problem ({"kernel": "module:attr", "key": label}), launched on the call's own arguments.
+
+The inputs are the call's: integer and boolean tensors as saved, floating-point ones re-made
+from the run's seed with the saved geometry (zeros where the kernel resets them), scalars as
+values. Each config launches as Triton's autotuner benchmarks it: the config's pre_hook, the
+autotuner's pre_hook (reset_to_zero, restore_value), the launch, its post_hook. There is no
+torch reference: a config is validated against the kernel's first config on the same inputs,
+over the tensors the capture saw one launch change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storage.capture import Arg, Call, Capture, config_form, read_blob, read_capture
+from sweep_kernels.record import Kernel, Problem
+
+PREFIX = "capture:"
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r} in the capture")
+    return dtype
+
+
+def _tensor(directory: Path, arg: Arg, device: str, seed: int) -> Any:
+    import torch
+
+    t = arg.tensor
+    assert t is not None
+    dtype = _torch_dtype(t.dtype)
+    if t.blob:
+        size = t.storage * torch.empty((), dtype=dtype).element_size()
+        flat = torch.frombuffer(bytearray(read_blob(directory, t.blob, size)), dtype=dtype)
+        flat = flat.to(device)
+    elif t.zero or not (dtype.is_floating_point or dtype.is_complex):
+        flat = torch.zeros(t.storage, dtype=dtype, device=device)
+    else:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        flat = torch.randn(t.storage, dtype=dtype, device=device, generator=generator)
+    return flat.as_strided(t.shape, t.strides)
+
+
+@dataclass(frozen=True)
+class CapturedKernel(Kernel):
+    """The Kernel record of a capture (load_kernel("capture:/path/capture.json"))."""
+
+    capture: Capture = field(default_factory=lambda: Capture((), ()))
+    directory: Path = Path(".")
+
+    def call(self, problem: Problem) -> Call:
+        found = self.capture.call(problem.get("kernel", ""), problem.get("key", ""))
+        if found is None:
+            raise KeyError(f"the capture holds no call of {problem.get('kernel')!r} with key "
+                           f"{problem.get('key')!r}")
+        return found
+
+    def problem_error(self, problem: Problem) -> str | None:
+        """Why a spec's problem is not one of the capture's calls (None: it is)."""
+        try:
+            self.call(problem)
+        except KeyError as e:
+            return str(e.args[0])
+        return None
+
+    def tuner(self, problem: Problem) -> Any:
+        """The live Autotuner the call went into, imported as the program imported it."""
+        module_name, _, attr = self.call(problem).kernel.partition(":")
+        root = self.call(problem).root
+        if root and root not in sys.path:
+            sys.path.append(root)
+        return getattr(importlib.import_module(module_name), attr)
+
+    def function(self, problem: Problem) -> Any:
+        return _Launcher(self.tuner(problem))
+
+    def arguments(self, inputs: tuple[Any, ...],
+                  problem: Problem) -> tuple[tuple[Any, ...], Any, dict[str, Any]]:
+        call = self.call(problem)
+        given = dict(zip((a.name for a in call.args), inputs))
+        return (), tuple(given[name] for name in call.outputs), given
+
+    def parameters_of(self, problem: Problem) -> tuple[str, ...]:
+        names: dict[str, None] = {}
+        for c in self.call(problem).configs:
+            names.update(dict.fromkeys(c.as_spec()))
+        return tuple(names)
+
+
+class _Launcher:
+    """An autotuned kernel launched with one given config, as Triton's benchmark does."""
+
+    def __init__(self, tuner: Any) -> None:
+        self.tuner = tuner
+        self.forms = {config_form(_values(c)): c for c in tuner.configs}
+
+    def _config(self, kwargs: Mapping[str, Any]) -> Any:
+        for form, config in self.forms.items():
+            names = _values(config)
+            if all(k in kwargs for k in names) and \
+                    config_form({k: kwargs[k] for k in names}) == form:
+                return config
+        return None
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            config = self._config(kwargs)
+            full = {**dict(zip(self.tuner.arg_names, args)), **kwargs}
+            if config is not None and config.pre_hook is not None:
+                config.pre_hook(full)
+            self.tuner.pre_hook(full)
+            try:
+                result = self.tuner.fn[grid](*args, **kwargs)
+            except Exception as e:
+                self.tuner.post_hook(full, exception=e)
+                raise
+            self.tuner.post_hook(full, exception=None)
+            return result
+
+        return launch
+
+    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
+        return self.tuner.fn.warmup(*args, grid=grid, **kwargs)
+
+
+def _values(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in config.all_kwargs().items() if k != "ir_override"}
+
+
+def program(path: str) -> CapturedKernel:
+    """The kernel of the capture at path (capture.json, or the folder holding it)."""
+    where = Path(path)
+    capture = read_capture(where)
+    directory = where if where.is_dir() else where.parent
+
+    def make_inputs(problem: Problem, device: str, seed: int) -> tuple[Any, ...]:
+        call = kernel.call(problem)
+        return tuple(_tensor(directory, a, device, seed * 1000 + i) if a.tensor is not None
+                     else a.value for i, a in enumerate(call.args))
+
+    def reference(inputs: tuple[Any, ...], problem: Problem) -> tuple[Any, ...]:
+        """The outputs of the kernel's first config that launches (one may not fit the
+        device at this call's sizes, as Triton's own tuning would find)."""
+        _, out, given = kernel.arguments(inputs, problem)
+        launcher = kernel.function(problem)
+        failure: Exception | None = None
+        for config in kernel.call(problem).configs:
+            try:
+                launcher[config.grid](**given, **config.as_spec())
+            except Exception as e:  # the next config's turn; the first failure is said
+                failure = failure or e
+                continue
+            return tuple(t.clone() for t in out)
+        assert failure is not None
+        raise failure
+
+    def grid(problem: Problem, config: Mapping[str, Any]) -> tuple[int, ...]:
+        call = kernel.call(problem)
+        grids = {config_form(c.as_spec()): c.grid for c in call.configs}
+        names = {k for c in call.configs for k in c.as_spec()}
+        found = grids.get(config_form({k: v for k, v in config.items() if k in names}))
+        if found is not None:
+            return found
+        if len(set(grids.values())) == 1:  # one grid for every config: this one's too
+            return next(iter(grids.values()))
+        raise ValueError("a config the capture did not see: its grid is not known")
+
+    first = capture.calls[0] if capture.calls else None
+    kernel = CapturedKernel(
+        name=f"{PREFIX}{where}", fn=None,
+        problem_defaults={"kernel": first.kernel if first else "",
+                          "key": first.label if first else ""},
+        make_inputs=make_inputs, reference=reference,
+        launch_args=lambda inputs, problem: kernel.arguments(inputs, problem)[:2],
+        grid=grid, capture=capture, directory=directory)
+    return kernel
+
+
+def source_files(kernel: Kernel) -> dict[str, str]:
+    """A capture's files: capture.json and each captured kernel's module file, found
+    without running the module (a kernel that cannot be imported fails its own trials,
+    not the sweep's other kernels)."""
+    capture_file = os.path.abspath(kernel.name[len(PREFIX):])
+    out = {capture_file: _digest(capture_file)}
+    assert isinstance(kernel, CapturedKernel)
+    for call in kernel.capture.calls:
+        module_name = call.kernel.partition(":")[0]
+        if call.root and call.root not in sys.path:
+            sys.path.append(call.root)
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except Exception:  # a parent package failing to import: its trials say why
+            continue
+        if spec is not None and spec.origin and os.path.exists(spec.origin):
+            out[os.path.abspath(spec.origin)] = _digest(spec.origin)
+    return out
+
+
+def _digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
