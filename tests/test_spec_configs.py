@@ -283,3 +283,26 @@ def test_the_same_sweep_again_is_answered_from_the_cache_for_a_problem_of_its_ow
     cached = [line for line in again.stdout.splitlines() if "cached —" in line]
     assert len(cached) == 2 and '"M":32' in cached[1], again.stdout
     assert not (tmp_path / "again").exists()
+
+
+def test_a_capture_spec_with_each_problems_configs_and_no_space_tunes_each_list(tmp_path):
+    """The spec `sweep capture` writes: a problem per captured call, its configs its
+    kernel's own list (as_spec), no top-level space; tuned on the interpreter."""
+    from test_captured_kernel import _call, _spec
+
+    capture = tmp_path / "cap"
+    capture.mkdir()
+    calls = [_call(capture, "hand_kernels:gather2", 40, 1),
+             _call(capture, "hand_kernels:gather2", 90, 2, blocks=((16, 1), (32, 2)))]
+    spec = _spec(capture, calls)
+    doc = json.loads(spec.read_text())
+    del doc["space"]
+    for problem, call in zip(doc["problems"], calls):
+        problem["configs"] = [c.as_spec() for c in call.configs]
+    spec.write_text(json.dumps(doc))
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(tmp_path / "run" / "trials.parquet").to_pylist()
+    assert [(r["key"], json.loads(r["config"])) for r in rows] == [
+        (call.label, c.as_spec()) for call in calls for c in call.configs]
+    assert {r["status"] for r in rows} == {"ok"}
