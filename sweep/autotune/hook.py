@@ -45,7 +45,7 @@ def install(listener: Listener) -> None:
             return call(0)
 
         run.__wrapped__ = original  # type: ignore[attr-defined]
-        Autotuner.run = run  # type: ignore[method-assign]
+        Autotuner.run = run
     if listener not in _listeners:
         _listeners.append(listener)
 
@@ -58,7 +58,7 @@ def uninstall(listener: Listener) -> None:
     if not _listeners and _original is not None:
         from triton.runtime.autotuner import Autotuner
 
-        Autotuner.run = _original  # type: ignore[method-assign]
+        Autotuner.run = _original
         _original = None
 
 
