@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import sweep.autotune.hook as hook
+import sweep.autotune.record as record
 from storage.atomic import replace_atomically
 from storage.capture import (
     BLOBS,
@@ -35,7 +37,6 @@ from storage.capture import (
     save_blob,
     write_capture,
 )
-from sweep.autotune import hook, record
 
 SPEC = "spec.yaml"
 ENV_CAPTURE = "SWEEP_AUTOTUNE_CAPTURE"

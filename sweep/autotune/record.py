@@ -11,8 +11,8 @@ import math
 import sys
 from typing import Any
 
+import sweep.autotune.hook as hook
 from storage.capture import Arg, CapturedConfig, TensorArg
-from sweep.autotune import hook
 
 NOT_ARGUMENTS = ("grid", "warmup")  # what Autotuner.__getitem__ passes beside the arguments
 
