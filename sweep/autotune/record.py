@@ -177,9 +177,8 @@ def tensor_arg(tensor: Any, blob: str, zero: bool) -> TensorArg:
 def arguments(passed: dict[str, Any], before: dict[str, Any], blobs: dict[str, str],
               zeroed: tuple[str, ...]) -> tuple[Arg, ...]:
     """The call's arguments as capture.json holds them; blobs: the digest of each saved
-    tensor, by name."""
-    return tuple(Arg(name, tensor=tensor_arg(before[name], blobs.get(name, ""),
-                                             name in zeroed))
+    tensor, by name. Geometry is the argument's own (a copy of a view is contiguous)."""
+    return tuple(Arg(name, tensor=tensor_arg(value, blobs.get(name, ""), name in zeroed))
                  if name in before else Arg(name, value=value)
                  for name, value in passed.items())
 
