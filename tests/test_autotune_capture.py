@@ -190,7 +190,10 @@ def test_a_tuner_no_module_attribute_holds_is_skipped_once_with_its_line(kernels
     assert read_capture(tmp_path / "cap").skipped == recorder.capture.skipped
 
 
-def test_a_second_key_with_the_same_label_is_numbered(monkeypatch, tmp_path):
+@pytest.fixture
+def fake_tuner(monkeypatch):
+    """An object shaped as Triton's Autotuner is (what the listener reads of one), held by
+    a module's attribute: for calls no real kernel could take."""
     import triton
 
     module = types.ModuleType("labelled_kernels")
@@ -199,15 +202,34 @@ def test_a_second_key_with_the_same_label_is_numbered(monkeypatch, tmp_path):
         pass
 
     scale.__module__ = module.__name__
-    tuner = types.SimpleNamespace(
+    module.scale = types.SimpleNamespace(
         fn=types.SimpleNamespace(fn=scale), arg_names=["x", "N", "BLOCK"], keys=["N"],
         configs=[triton.Config({"BLOCK": 8})], cache={}, reset_to_zero=[], restore_value=[])
-    module.scale = tuner
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module.scale
+
+
+def test_a_second_key_with_the_same_label_is_numbered(fake_tuner, tmp_path):
     with sweep.autotune.capture(tmp_path / "cap") as recorder:
         for n in (4, "4", 4):  # 4 and "4": two keys, one label
-            recorder.around(tuner, (1.5, n), {"grid": (1,), "warmup": False}, lambda: None)
+            recorder.around(fake_tuner, (1.5, n), {"grid": (1,), "warmup": False},
+                            lambda: None)
     assert [c.label for c in recorder.capture.calls] == ["N=4", "N=4 #2"]
+
+
+def test_an_argument_neither_tensor_nor_scalar_is_not_captured_and_said(fake_tuner, tmp_path,
+                                                                       capsys):
+    ran = []
+    with sweep.autotune.capture(tmp_path / "cap") as recorder:
+        recorder.around(fake_tuner, ([1.5], 4), {"grid": (1,), "warmup": False},
+                        lambda: ran.append(True))
+    line = ("sweep capture: labelled_kernels:scale (N=4): argument x is a builtins.list, "
+            "neither a tensor nor a scalar capture.json can hold; not captured")
+    assert line in capsys.readouterr().err.splitlines()
+    assert ran == [True] and recorder.capture.calls == ()  # the call itself went on
+    from triton.runtime.autotuner import Autotuner
+
+    assert not hasattr(Autotuner.run, "__wrapped__")  # the listener is gone with the block
 
 
 def test_the_spec_names_each_call_a_problem_with_its_kernels_configs(kernels, tmp_path):
@@ -260,6 +282,38 @@ def test_the_programs_exit_code_is_passed_on_and_its_capture_kept(app_dir, tmp_p
         f"4 calls of 2 kernels in {cap} (kept)")
     capture = read_capture(cap)
     assert capture.exit_code == 3 and len(capture.calls) == 4
+
+
+def test_the_options_reach_the_program(app_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(app_dir)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cap = tmp_path / "cap"
+    # Floats saved too: the first call's 1,248 bytes fit in 2,000, the second's do not.
+    done = sweep_in("capture", "--out", cap, "--save-floats", "--max-bytes", "2000", "--",
+                    sys.executable, "autotuned_app.py")
+    assert done.returncode == 0, done.stderr
+    capture = read_capture(cap)
+    assert all(a.tensor.blob for a in capture.calls[0].args if a.tensor is not None)
+    assert capture.skipped[0] == ("autotuned_kernels:add_norm (N=48; float32): its saved "
+                                  "tensors would pass the 2000-byte limit (--max-bytes); not "
+                                  "captured")
+
+
+def test_a_program_killed_by_a_signal_exits_as_a_shell_says(tmp_path):
+    done = sweep_in("capture", "--out", tmp_path / "cap", "--", sys.executable, "-c",
+                    "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert done.returncode == 143
+    assert done.stderr.splitlines()[-1].endswith("exited with 143; captured 0 calls of 0 "
+                                                 f"kernels in {tmp_path / 'cap'} (kept)")
+
+
+def test_max_bytes_must_be_a_whole_number(tmp_path):
+    done = sweep_in("capture", "--out", tmp_path / "cap", "--max-bytes", "lots", "--",
+                    sys.executable, "-c", "pass")
+    assert (done.returncode, done.stderr) == (2, "error: --max-bytes: expected a whole "
+                                                 "number of bytes; got 'lots' (sweep capture "
+                                                 "--help says more)\n")
+    assert not (tmp_path / "cap").exists()
 
 
 def test_a_program_that_calls_no_autotuned_kernel_is_said_so(tmp_path, monkeypatch):
