@@ -123,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     from sweep.capture_cmd import add_arguments as capture_arguments
 
     capture_arguments(sub.add_parser(
-        "capture", help="run a program unchanged and record its calls into "
+        "capture", usage="sweep capture --out DIR [--no-tune] [--save-floats] "
+                         "[--max-bytes N] [--force] -- PROGRAM ARGS...",
+        help="run a program unchanged and record its calls into "
                         "@triton.autotune kernels, as a spec that tunes them all",
         formatter_class=argparse.RawDescriptionHelpFormatter, description=_wrapped(
             "Run PROGRAM unchanged and record each call into a @triton.autotune kernel "
