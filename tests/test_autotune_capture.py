@@ -259,7 +259,11 @@ def test_sweep_capture_runs_the_program_unchanged_and_records_its_calls(app_dir,
     done = sweep_proc("capture", "--out", cap, "--", sys.executable, "autotuned_app.py",
                       cwd=app_dir, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == alone.stdout.strip()  # its checksum
+    # Its checksum: the same but for float rounding (Triton's tuning picks whichever
+    # config the clock favours; the capture runs the first).
+    ran, said = (float(out.splitlines()[0].removeprefix("checksum ")) for out in
+                 (alone.stdout, done.stdout))
+    assert abs(ran - said) < 1e-3 and ran != 0
     assert done.stdout.splitlines()[1] == (
         f"captured 4 calls of 2 kernels in {cap}; tune them: sweep run {cap}/spec.yaml "
         "--out RUN")
