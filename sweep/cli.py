@@ -1,4 +1,4 @@
-"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`.
+"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`, `sweep capture`.
 
 Exit codes: 0 complete (or stopped by --max-trials or --time-budget), 1 internal failure
 (a full disk among them), 2 bad input, 3 complete but no config succeeded, 130 stopped by
@@ -34,9 +34,11 @@ EXAMPLES = """examples:
   sweep report runs/mm --html                  the fastest configs, and a page of plots
   sweep best runs/mm                           the best config, as JSON and triton.Config
   sweep submit my.yaml --address http://HEAD:8265   run it on a Ray cluster as a job
+  sweep capture --out caps/app -- python app.py   record an existing program's autotuned calls
 
 Exit codes: 0 done (or stopped by --max-trials / --time-budget), 1 internal failure,
-2 bad input, 3 no config succeeded, 130/143 stopped by SIGINT/SIGTERM (resumable)."""
+2 bad input, 3 no config succeeded, 130/143 stopped by SIGINT/SIGTERM (resumable);
+sweep capture: the program's own (2 for its own bad input)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,7 +72,7 @@ def _one_line(message: str) -> str:
     return message
 
 
-COMMANDS = ("run", "resume", "best", "report", "submit")  # as the parser adds them
+COMMANDS = ("run", "resume", "best", "report", "submit", "capture")  # as the parser adds them
 
 
 def _wrapped(text: str) -> str:
@@ -118,6 +120,21 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Run a sweep on a Ray cluster as a Ray Job, "
                                              "from a machine outside it (needs "
                                              "triton-sweep[cluster])."))
+    from sweep.capture_cmd import add_arguments as capture_arguments
+
+    capture_arguments(sub.add_parser(
+        "capture", usage="sweep capture --out DIR [--no-tune] [--save-floats] "
+                         "[--max-bytes N] [--force] -- PROGRAM ARGS...",
+        help="run a program unchanged and record its calls into "
+                        "@triton.autotune kernels, as a spec that tunes them all",
+        formatter_class=argparse.RawDescriptionHelpFormatter, description=_wrapped(
+            "Run PROGRAM unchanged and record each call into a @triton.autotune kernel "
+            "whose key is new: the kernel, its configs, the grid of each, and the call's "
+            "arguments (integer and boolean tensors saved whole, floating-point ones by "
+            "shape). DIR/spec.yaml then tunes them all in one sweep. The program's exit "
+            "code is the command's; what it captured is kept."),
+        epilog="example:\n  sweep capture --out caps/app -- python app.py --steps 1\n"
+               "  sweep run caps/app/spec.yaml --out runs/app"))
     return p
 
 
@@ -225,6 +242,10 @@ def _main(args: argparse.Namespace, stop: StopController, io: Output, started: f
             html = args.dir / "report.html" if args.html is _DEFAULT else args.html
             return report(args.dir, args.top, io.out, as_json=args.json, html=html,
                           plot=args.plot)
+        if args.command == "capture":
+            from sweep.capture_cmd import run_capture
+
+            return run_capture(args, io)
         if args.command == "best":
             from sweep.best import show_best
 
