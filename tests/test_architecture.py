@@ -21,7 +21,8 @@ LAYERS = (
     ("sweep.run",),
     ("sweep.report",),
     ("sweep.api", "sweep.result", "sweep.cli", "sweep.command", "sweep.__main__", "sweep.submit",
-     "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers"),
+     "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers", "sweep.autotune",
+     "sweep.capture_cmd", "sweep.exec_cmd"),
     ("benchmarks",),
 )
 MAX_MODULE_LINES = 500

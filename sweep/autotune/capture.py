@@ -33,6 +33,7 @@ from storage.capture import (
     Call,
     Capture,
     module_file_digest,
+    module_root,
     read_capture,
     save_blob,
     write_capture,
@@ -186,7 +187,8 @@ class Recorder:
             restore_value=tuple(getattr(tuner, "restore_value", ()) or ()),
             hooks=bool(getattr(tuner, "user_defined_pre_hook", False) or
                        getattr(tuner, "user_defined_post_hook", False)),
-            device=record.device_of(pending.before)))
+            device=record.device_of(pending.before),
+            root=module_root(pending.kernel.partition(":")[0])))
         self._write()
 
     def _unique(self, kernel: str, label: str) -> str:

@@ -73,15 +73,21 @@ def base_function(tuner: Any) -> Any:
 
 def kernel_name(tuner: Any) -> str | None:
     """"module:attr" that imports this autotuner: the attribute of its function's module
-    that holds it. None where none does (made in a function, held in a dict): a worker
-    could not import it."""
+    that holds it, or holds a layer over it (a `@triton.heuristics` outside the
+    autotune). None where none does (made in a function, held in a dict): a worker could
+    not import it."""
     module_name = getattr(base_function(tuner), "__module__", None)
     module = sys.modules.get(module_name or "")
     if module is None or module_name == "__main__":
         return None
     for attr, value in vars(module).items():
-        if value is tuner:
-            return f"{module_name}:{attr}"
+        layer = value
+        for _ in range(8):  # decorators are few; a cycle of .fn must not hang the program
+            if layer is tuner:
+                return f"{module_name}:{attr}"
+            layer = getattr(layer, "fn", None)
+            if layer is None:
+                break
     return None
 
 
