@@ -13,7 +13,8 @@ PACKAGES = ("storage", "sweep_kernels", "actors", "sweep", "benchmarks")
 LAYERS = (
     ("storage", "sweep_kernels"),
     ("actors",),
-    ("sweep", "sweep.console", "sweep.numbers"),  # the exit codes, the output's form
+    # the exit codes, the output's form; the one hook into Triton's autotuner
+    ("sweep", "sweep.console", "sweep.numbers", "sweep.autotune.hook"),
     ("sweep.spec",),
     ("sweep.results",),
     ("sweep.search",),
@@ -21,7 +22,8 @@ LAYERS = (
     ("sweep.run",),
     ("sweep.report",),
     ("sweep.api", "sweep.result", "sweep.cli", "sweep.command", "sweep.__main__", "sweep.submit",
-     "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers"),
+     "sweep.best", "sweep.dispatch", "sweep.tuned", "sweep.observers", "sweep.autotune",
+     "sweep.exec_cmd"),
     ("benchmarks",),
 )
 MAX_MODULE_LINES = 500
