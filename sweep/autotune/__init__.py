@@ -21,7 +21,8 @@ __all__ = ["Loaded", "use"]
 
 def __getattr__(name: str) -> Any:
     if name in ("use", "Loaded"):
-        import sweep.autotune.use
+        # Not `from sweep.autotune import use`: that asks this package for `use` first.
+        import sweep.autotune.use  # noqa: F401
 
         return getattr(sys.modules["sweep.autotune.use"], name)
     raise AttributeError(f"module 'sweep.autotune' has no attribute {name!r}")

@@ -21,7 +21,14 @@ from typing import Any
 from storage.cache import distance, sizes_apart
 from storage.capture import Capture, CaptureError, read_capture
 from sweep import EXIT_BAD_INPUT
-from sweep.autotune import hook
+from sweep.autotune.hook import (
+    Proceed,
+    config_form,
+    install,
+    kernel_name,
+    tuning_key,
+    uninstall,
+)
 from sweep.spec import SpecError
 
 CAPTURE = "capture:"  # how a capture's spec names its kernel (issue 35's contract)
@@ -80,7 +87,7 @@ def load(run_dir: str | os.PathLike[str]) -> Loaded:
     try:
         capture = read_capture(capture_file)
     except CaptureError as e:
-        raise UseError(f"{e} (the capture {run.spec} names)") from None
+        raise UseError(f"{e} (named by {run.spec})") from None
     table: dict[str, dict[Key, Config]] = {}
     labels: dict[str, dict[Key, str]] = {}
     for problem in _problems(doc, capture):
@@ -107,8 +114,8 @@ def use(run_dir: str | os.PathLike[str], *, nearest: bool = False) -> Loaded:
     loaded = replace(load(run_dir), nearest=nearest)
     listener = _Filler(loaded.table, nearest)
     if _current is not None:
-        hook.uninstall(_current)
-    hook.install(listener)
+        uninstall(_current)
+    install(listener)
     _current = listener
     return loaded
 
@@ -173,12 +180,17 @@ def nearest_key(key: Key, tuned: Mapping[Key, Any]) -> Key | None:
     """The tuned key nearest to key: of its length, alike in every entry but its sizes
     (the dtype strings), by storage/cache.py's distance over those sizes; ties go to the
     larger sizes, as sweep.tuned breaks them."""
-    asked = dict(enumerate(key))
-    near = [k for k in tuned if len(k) == len(key) and sizes_apart(asked, dict(enumerate(k)))]
+    asked = _as_problem(key)
+    near = [k for k in tuned if len(k) == len(key) and sizes_apart(asked, _as_problem(k))]
     if not near:
         return None
-    return min(near, key=lambda k: (distance(asked, dict(enumerate(k))),
+    return min(near, key=lambda k: (distance(asked, _as_problem(k)),
                                     [-b for a, b in zip(key, k) if a != b]))
+
+
+def _as_problem(key: Key) -> dict[str, Any]:
+    """A tuning key as the cache's distance takes a problem: its entries by place."""
+    return {str(i): v for i, v in enumerate(key)}
 
 
 class _Filler:
@@ -193,12 +205,12 @@ class _Filler:
             weakref.WeakKeyDictionary()
 
     def around(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-               proceed: hook.Proceed) -> Any:
+               proceed: Proceed) -> Any:
         live = self.seen.get(tuner)
         if live is None:
             live = self.seen[tuner] = self._fill(tuner)
         if self.nearest and live:
-            key = hook.tuning_key(tuner, args, kwargs)
+            key = tuning_key(tuner, args, kwargs)
             if key not in tuner.cache:
                 near = nearest_key(key, live)
                 if near is not None:
@@ -206,13 +218,13 @@ class _Filler:
         return proceed()
 
     def _fill(self, tuner: Any) -> dict[Key, Any]:
-        name = hook.kernel_name(tuner)
+        name = kernel_name(tuner)
         tuned = self.table.get(name) if name is not None else None
         if not tuned:
             return {}
-        forms = {hook.config_form(c): c for c in tuner.configs}
+        forms = {config_form(c): c for c in tuner.configs}
         live = {key: forms[form] for key, config in tuned.items()
-                if (form := hook.config_form(config)) in forms}
+                if (form := config_form(config)) in forms}
         tuner.cache.update(live)
         if len(live) < len(tuned):
             sys.stderr.write(f"warning: sweep.autotune.use: {name}: its configs list changed "
