@@ -49,23 +49,33 @@ def exec_program(run_dir: Path, program: Sequence[str] | None, nearest: bool) ->
         raise SpecError("sweep exec: expected the program after --: sweep exec RUN_DIR -- "
                         "python my_program.py ARGS")
     load(run_dir)  # the refusals the program would meet as it starts, said once here
-    try:
-        child = subprocess.Popen(list(program), env=program_environment(run_dir, nearest))
-    except OSError as e:
-        raise SpecError(f"sweep exec: {program[0]}: cannot run it "
-                        f"({e.strerror or type(e).__name__})") from None
-    return _wait(child)
+    return _run(list(program), program_environment(run_dir, nearest))
 
 
-def _wait(child: subprocess.Popen[bytes]) -> int:
-    """The child's exit code, the signals meant for this command passed to it meanwhile
-    (SIGINT ignored: the terminal sends it to the child as well)."""
+def _run(program: list[str], env: dict[str, str]) -> int:
+    """The program's exit code, the signals meant for this command passed to it meanwhile
+    (one that comes while it starts, once it has). SIGINT is ignored while it runs: the
+    terminal sends it to the program as well (and ignored before it starts, the program
+    would inherit that)."""
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
+
     def pass_on(signum: int, _frame: FrameType | None) -> None:
-        child.send_signal(signum)
+        if child is None:
+            pending.append(signum)
+        else:
+            child.send_signal(signum)
 
     before = {s: signal.signal(s, pass_on) for s in PASSED_ON}
-    before[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        try:
+            child = subprocess.Popen(program, env=env)
+        except OSError as e:
+            raise SpecError(f"sweep exec: {program[0]}: cannot run it "
+                            f"({e.strerror or type(e).__name__})") from None
+        before[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in pending:
+            child.send_signal(signum)
         code = child.wait()
     finally:
         for s, handler in before.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -214,6 +215,31 @@ def test_a_program_killed_by_a_signal_is_128_plus_the_signal(tmp_path):
     done = sweep_in("exec", run, "--", sys.executable, "-c",
                     "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     assert done.returncode == 128 + 15, done.stderr
+
+
+def test_a_sigterm_to_sweep_exec_reaches_the_program(tmp_path):
+    run = make_run(tmp_path, [(call(40), 1)])
+    program = ("import signal, sys\n"
+               "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n"
+               "print('ready', flush=True)\n"
+               "signal.pause()\n")
+    with subprocess.Popen([sys.executable, "-m", "sweep", "exec", str(run), "--",
+                           sys.executable, "-c", program], cwd=ROOT, env=environment(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 5  # the program's handler ran, and its code came back
+
+
+def test_a_program_that_cannot_be_started_is_one_line_exit_2(tmp_path):
+    run = make_run(tmp_path, [(call(40), 1)])
+    done = sweep_in("exec", run, "--", str(tmp_path / "no-such-program"))
+    assert done.returncode == 2
+    assert done.stderr == f"error: sweep exec: {tmp_path / 'no-such-program'}: cannot run " \
+                          "it (No such file or directory)\n"
+    no_program = sweep_in("exec", run, "--")
+    assert no_program.returncode == 2 and no_program.stderr.count("\n") == 1
 
 
 def bad_runs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
