@@ -11,6 +11,7 @@ storage/capture.py's writer, best.json through storage/snapshot.py's.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import signal
@@ -223,13 +224,19 @@ def test_a_sigterm_to_sweep_exec_reaches_the_program(tmp_path):
                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n"
                "print('ready', flush=True)\n"
                "signal.pause()\n")
-    with subprocess.Popen([sys.executable, "-m", "sweep", "exec", str(run), "--",
-                           sys.executable, "-c", program], cwd=ROOT, env=environment(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", "exec", str(run), "--",
+                             sys.executable, "-c", program], cwd=ROOT, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline() == "ready\n", proc.stderr.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 5  # the program's handler ran, and its code came back
+    finally:  # the command and the program, should either be left
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
 
 
 def test_a_program_that_cannot_be_started_is_one_line_exit_2(tmp_path):
