@@ -108,8 +108,8 @@ def load(run_dir: str | os.PathLike[str]) -> Loaded:
 
 def use(run_dir: str | os.PathLike[str], *, nearest: bool = False) -> Loaded:
     """Load a run's tuned configs into this process's autotuned kernels (see the module's
-    docstring); call it before the program's first kernel call. A second use() replaces
-    the first."""
+    docstring): each is filled at its next call, so call it before the first. A second
+    use() replaces the first."""
     global _current
     loaded = replace(load(run_dir), nearest=nearest)
     listener = _Filler(loaded.table, nearest)
