@@ -53,7 +53,7 @@ def show_best(target: Path, as_json: bool, out: Console, python: Path | None = N
 
 
 def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
-    doc = _run_doc(path)
+    doc = run_best(path)
     run_dir = str(path.resolve())
     problems = doc.get("by_problem")
     if problems and any(p["config"] is not None for p in problems):
@@ -80,8 +80,9 @@ def _entries(best: dict[str, Any], partial: bool, run_dir: str,
     return sorted(entries, key=lambda e: (e["latency_ms"], e["index"]))
 
 
-def _run_doc(path: Path) -> dict[str, Any]:
-    """The run's best.json, checked as this run's."""
+def run_best(path: Path) -> dict[str, Any]:
+    """The run's best.json, checked as this run's (SpecError, one line, where the folder
+    is no run or its best.json is missing, damaged or not yet written)."""
     from storage.lock import holder
     from storage.snapshot import read_best
     from sweep.run.rundir import RunDir, read_meta
@@ -146,7 +147,7 @@ def write_python(target: Path, dest: Path, out: Console) -> int:
         raise SpecError(f"{target}: --python takes a run directory" +
                         ("" if target.exists() else " (there is none)"))
     try:
-        text = module_text(_table(target, _run_doc(target)))
+        text = module_text(_table(target, run_best(target)))
         if str(dest) == "-":
             out.file.write(text)
             out.file.flush()

@@ -1,4 +1,5 @@
-"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`, `sweep capture`.
+"""`sweep run`, `sweep resume`, `sweep report`, `sweep best`, `sweep submit`, `sweep capture`,
+`sweep exec`.
 
 Exit codes: 0 complete (or stopped by --max-trials or --time-budget), 1 internal failure
 (a full disk among them), 2 bad input, 3 complete but no config succeeded, 130 stopped by
@@ -35,6 +36,7 @@ EXAMPLES = """examples:
   sweep best runs/mm                           the best config, as JSON and triton.Config
   sweep submit my.yaml --address http://HEAD:8265   run it on a Ray cluster as a job
   sweep capture --out caps/app -- python app.py   record an existing program's autotuned calls
+  sweep exec runs/prog -- python prog.py       run a program with a run's tuned configs
 
 Exit codes: 0 done (or stopped by --max-trials / --time-budget), 1 internal failure,
 2 bad input, 3 no config succeeded, 130/143 stopped by SIGINT/SIGTERM (resumable);
@@ -72,7 +74,7 @@ def _one_line(message: str) -> str:
     return message
 
 
-COMMANDS = ("run", "resume", "best", "report", "submit", "capture")  # as the parser adds them
+COMMANDS = ("run", "resume", "best", "report", "submit", "capture", "exec")  # as the parser adds them
 
 
 def _wrapped(text: str) -> str:
@@ -135,7 +137,33 @@ def _parser() -> argparse.ArgumentParser:
             "code is the command's; what it captured is kept."),
         epilog="example:\n  sweep capture --out caps/app -- python app.py --steps 1\n"
                "  sweep run caps/app/spec.yaml --out runs/app"))
+    _exec_args(sub.add_parser(
+        "exec", help="run a program with a run's tuned configs loaded (no code change)",
+        usage="sweep exec [-h] [--nearest] RUN_DIR -- PROGRAM [ARGS ...]",
+        description=_wrapped(
+            "Run PROGRAM, unchanged, with the tuned configs of RUN_DIR (a run of a "
+            "capture's spec) filled into its autotuned kernels before their first call; "
+            "a key the run did not tune is left to Triton's own autotune. The program's "
+            "exit code is passed on.")))
     return p
+
+
+def _exec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                   help="the run directory of `sweep run` over a capture's spec")
+    p.add_argument("--nearest", action="store_true",
+                   help="a key the run did not tune takes the config of the nearest tuned "
+                        "key of its kernel (sizes by log2 ratio, the dtypes alike) instead "
+                        "of Triton's autotune")
+
+
+def _split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`sweep exec ... -- PROGRAM ARGS`: the words after the first `--` are the program's,
+    options of its own among them (None: no `--`)."""
+    if argv[:1] == ["exec"] and "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, None
 
 
 def _run_args(run: argparse.ArgumentParser) -> None:
@@ -214,7 +242,9 @@ def main(argv: list[str] | None = None, *, stop: StopController | None = None,
     """The command's arguments (argv None: sys.argv). stop: handlers the caller installed
     and keeps (the command's own, from its first moment); without it, handlers are
     installed for this call only. started: when the command began (time.monotonic())."""
-    args = _parser().parse_args(argv)
+    words, program = _split_program(list(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(words)
+    args.program = program
     own = stop is None
     stop = stop or StopController()
     stop.install()  # again: Ray's import may have replaced them
@@ -250,6 +280,10 @@ def _main(args: argparse.Namespace, stop: StopController, io: Output, started: f
             from sweep.best import show_best
 
             return show_best(args.target, args.json, io.out, args.python)
+        if args.command == "exec":
+            from sweep.exec_cmd import exec_program
+
+            return exec_program(args.run_dir, args.program, args.nearest)
         from sweep.api import check_limits
 
         check_limits(args.max_trials, args.time_budget)

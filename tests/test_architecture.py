@@ -13,7 +13,8 @@ PACKAGES = ("storage", "sweep_kernels", "actors", "sweep", "benchmarks")
 LAYERS = (
     ("storage", "sweep_kernels"),
     ("actors",),
-    ("sweep", "sweep.console", "sweep.numbers"),  # the exit codes, the output's form
+    # the exit codes, the output's form; the one hook into Triton's autotuner
+    ("sweep", "sweep.console", "sweep.numbers", "sweep.autotune.hook"),
     ("sweep.spec",),
     ("sweep.results",),
     ("sweep.search",),

@@ -176,10 +176,10 @@ def test_version_prints_the_installed_version():
      "error: --top: expected an integer; got 'many' (sweep report --help says more)"),
     (["resume", "d", "--time-budget", "soon"],
      "error: --time-budget: expected a number; got 'soon' (sweep resume --help says more)"),
-    ([], "error: a command is required: one of run, resume, best, report, submit, capture "
-         "(sweep --help says more)"),
-    (["runn"], "error: command: expected one of run, resume, best, report, submit, capture; "
-               "got 'runn' (sweep --help says more)"),
+    ([], "error: a command is required: one of run, resume, best, report, submit, capture, "
+         "exec (sweep --help says more)"),
+    (["runn"], "error: command: expected one of run, resume, best, report, submit, capture, "
+               "exec; got 'runn' (sweep --help says more)"),
     (["run"], "error: the following arguments are required: SPEC "
               "(sweep run --help says more)"),
 ], ids=["choice", "int", "float", "no-command", "command", "required"])
@@ -194,7 +194,7 @@ def test_help_describes_the_tool_each_argument_and_gives_examples():
     assert "Resumable, distributed autotuning sweeps of Triton kernels" in top.stdout
     assert "--version" in top.stdout and "examples:" in top.stdout
     assert "sweep run configs/quickstart.yaml" in top.stdout
-    for command in ("run", "resume", "report", "best", "submit", "capture"):
+    for command in ("run", "resume", "report", "best", "submit", "capture", "exec"):
         shown = sweep_in(command, "--help")
         assert shown.returncode == 0
         lines = shown.stdout.split("options:")[1].splitlines()

@@ -13,8 +13,14 @@ Importing this package imports neither torch nor Triton: each function does, whe
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sweep.autotune.use import Loaded, use
+
+__all__ = ["Loaded", "capture", "use"]
 
 
 def capture(out_dir: str | os.PathLike[str], *, no_tune: bool = False,
@@ -30,3 +36,12 @@ def capture(out_dir: str | os.PathLike[str], *, no_tune: bool = False,
 
     return open_capture(out_dir, no_tune=no_tune, save_floats=save_floats,
                         max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("use", "Loaded"):
+        # Not `from sweep.autotune import use`: that asks this package for `use` first.
+        import sweep.autotune.use  # noqa: F401
+
+        return getattr(sys.modules["sweep.autotune.use"], name)
+    raise AttributeError(f"module 'sweep.autotune' has no attribute {name!r}")
