@@ -74,7 +74,7 @@ def _one_line(message: str) -> str:
     return message
 
 
-COMMANDS = ("run", "resume", "best", "report", "submit", "capture", "exec")  # as the parser adds them
+COMMANDS = ("run", "resume", "best", "report", "submit", "capture", "exec")  # as added
 
 
 def _wrapped(text: str) -> str:
@@ -158,9 +158,9 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
 
 
 def _split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    """`sweep exec ... -- PROGRAM ARGS`: the words after the first `--` are the program's,
-    options of its own among them (None: no `--`)."""
-    if argv[:1] == ["exec"] and "--" in argv:
+    """`sweep exec|capture ... -- PROGRAM ARGS`: the words after the first `--` are the
+    program's, options of its own among them (None: no `--`)."""
+    if argv[:1] in (["exec"], ["capture"]) and "--" in argv:
         at = argv.index("--")
         return argv[:at], argv[at + 1:]
     return argv, None
@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None, *, stop: StopController | None = None,
     installed for this call only. started: when the command began (time.monotonic())."""
     words, program = _split_program(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(words)
-    args.program = program
+    if program is not None or args.command == "exec":
+        args.program = program
     own = stop is None
     stop = stop or StopController()
     stop.install()  # again: Ray's import may have replaced them
