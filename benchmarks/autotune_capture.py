@@ -3,6 +3,7 @@ under Triton's own autotune against `sweep capture` + `sweep run` + `sweep exec`
 command timed whole as a user times it (issue 35, item 5).
 
 Per program (benchmarks/programs/):
+(b) runs first (where it fails, the baseline's minutes are not spent), then (a).
 (a) baseline: `python PROG ARGS` with an empty TRITON_CACHE_DIR of its own, Triton tuning
     every key in-process on the first step; its picks read from TRITON_PRINT_AUTOTUNING=1.
     TRITON_CACHE_AUTOTUNING=1 keeps them on disk, so that (c)'s later runs under Triton's
@@ -130,12 +131,15 @@ def run_program(program: Program, ctx: Context, entry: dict[str, Any],
     try:
         prog = program_argv(program, ctx.args)
         entry["argv"] = prog
+        # Ours first: where it fails, the baseline's minutes of tuning are not spent.
+        ours(program, prog, ctx, log, entry, save)
+        if entry["ours"].get("failed_at"):
+            return
         base_env = ctx.env(program.name, "triton-baseline", triton_picks=True)
         entry["baseline"] = timed(prog, log, base_env, ctx.left() - 60)
         entry["baseline"]["triton_cache"] = "empty at start; TRITON_CACHE_AUTOTUNING=1"
         summary(program.name, "baseline", entry["baseline"])
         save()
-        ours(program, prog, ctx, log, entry, save)
         run_dir = ctx.tmp / program.name / "run"
         if (run_dir / "best.json").exists():
             entry["per_key"] = per_key(run_dir, entry["baseline"]["triton_tuned"])
