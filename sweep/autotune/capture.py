@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import math
 import os
 import shlex
@@ -32,6 +33,7 @@ from storage.capture import (
     FILE,
     Call,
     Capture,
+    CaptureError,
     module_file_digest,
     module_root,
     read_capture,
@@ -40,6 +42,7 @@ from storage.capture import (
 )
 
 SPEC = "spec.yaml"
+LOCK = ".capture.lock"  # held by the one process of a program that captures
 ENV_CAPTURE = "SWEEP_AUTOTUNE_CAPTURE"
 ENV_NO_TUNE = "SWEEP_AUTOTUNE_NO_TUNE"
 ENV_SAVE_FLOATS = "SWEEP_AUTOTUNE_SAVE_FLOATS"
@@ -81,8 +84,15 @@ class Recorder:
 
     def __init__(self, directory: Path, *, no_tune: bool = False, save_floats: bool = False,
                  max_bytes: int = DEFAULT_MAX_BYTES,
-                 program: tuple[str, ...] | None = None) -> None:
+                 program: tuple[str, ...] | None = None, exclusive: bool = False) -> None:
+        """exclusive: every Python process of a program run by `sweep capture` has a
+        recorder, and one at a time writes the folder: the first to call a kernel takes
+        its lock for the rest of its life (the ranks of a distributed job would otherwise
+        overwrite each other's capture.json; a launcher that calls no kernel never takes
+        it); a later process takes up what the earlier ones captured."""
         self.directory = directory
+        self.exclusive = exclusive
+        self._held: int | None = None
         self.save_floats = save_floats
         self.max_bytes = max_bytes
         self.program = tuple(program if program is not None else sys.orig_argv)
@@ -98,6 +108,23 @@ class Recorder:
         self._seen: set[tuple[str, tuple[Any, ...]]] = set()
         self._names: dict[int, tuple[Any, str | None]] = {}  # id(tuner): (tuner, its name)
         self._lock = threading.RLock()
+
+    def _own(self) -> bool:
+        """Whether this recorder may write the folder (see exclusive)."""
+        if not self.exclusive or self._held is not None:
+            return True
+        self._held = _hold(self.directory)
+        if self._held is None:
+            return False
+        if (self.directory / FILE).exists():  # an earlier process's calls, taken up
+            self._go_on_from(self.directory)
+        return True
+
+    def _go_on_from(self, directory: Path) -> None:
+        earlier = read_capture(directory)
+        self.calls = list(earlier.calls)
+        self.skipped = list(earlier.skipped)
+        self._seen = {(c.kernel, tuple(c.key)) for c in earlier.calls}
 
     @property
     def capture(self) -> Capture:
@@ -129,6 +156,8 @@ class Recorder:
 
     def _begin(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                key: tuple[Any, ...]) -> _Pending | None:
+        if not self._own():
+            return None
         kernel = self._kernel(tuner)
         if kernel is None or (kernel, key) in self._seen:
             return None
@@ -237,7 +266,8 @@ class Recorder:
         exit; `sweep capture` writes the program's)."""
         with self._lock:
             self.exit_code = exit_code
-            self._guarded(self._write)
+            if self._guarded(self._own):
+                self._guarded(self._write)
 
 
 def _versions() -> dict[str, str]:
@@ -307,7 +337,7 @@ def folder_holds(directory: Path) -> tuple[str, list[str]]:
     names = sorted(p.name for p in directory.iterdir())
     if not names:
         return "empty", []
-    if FILE in names and set(names) <= {FILE, SPEC, BLOBS}:
+    if FILE in names and set(names) <= {FILE, SPEC, BLOBS, LOCK}:
         return "capture", names
     return "other", names
 
@@ -363,13 +393,25 @@ def start_from_environment() -> Recorder | None:
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         recorder = Recorder(Path(directory), no_tune=_flag(ENV_NO_TUNE),
-                            save_floats=_flag(ENV_SAVE_FLOATS), max_bytes=int(text))
+                            save_floats=_flag(ENV_SAVE_FLOATS), max_bytes=int(text),
+                            exclusive=True)
         hook.install(recorder)  # imports triton
-    except (ImportError, OSError) as e:
+    except (ImportError, OSError, CaptureError) as e:
         say(f"cannot capture in this program ({type(e).__name__}: {e}); it runs without")
         return None
     atexit.register(recorder.close, None)
     return recorder
+
+
+def _hold(directory: Path) -> int | None:
+    """The folder's capture lock, taken without waiting (None: another process has it)."""
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _flag(name: str) -> bool:
