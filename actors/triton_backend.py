@@ -258,10 +258,11 @@ class TritonBackend:
                           "per output, in launch_args' order")
             for i, (tensor, reference) in enumerate(zip(got, expected)):
                 a, b = tensor.float(), reference.float()
-                if not torch.allclose(a, b, rtol=rtol, atol=atol):
+                within = atol * self.kernel.atol_scale(b)
+                if not torch.allclose(a, b, rtol=rtol, atol=within):
                     which = "output" if len(got) == 1 else f"output {i + 1} of {len(got)}"
                     return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
-                                        error=_mismatch(which, a, b, rtol, atol))
+                                        error=_mismatch(which, a, b, rtol, within))
                 del a, b
             validation = "passed"
             del got, expected

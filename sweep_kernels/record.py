@@ -52,6 +52,11 @@ class Kernel:
         problem)."""
         return self.fn
 
+    def atol_scale(self, expected: Any) -> float:
+        """What the spec's atol is a fraction of, for one expected output: 1 (atol is
+        absolute) for a kernel with a torch reference."""
+        return 1.0
+
     def arguments(self, inputs: tuple[Any, ...],
                   problem: Problem) -> tuple[tuple[Any, ...], Any, dict[str, Any]]:
         """(positional args, the output, keyword args) of a launch: launch_args' two, and

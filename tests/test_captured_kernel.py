@@ -152,3 +152,21 @@ def test_a_problem_the_capture_does_not_hold_is_one_line_and_exit_2(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
     assert "problems[1]: the capture holds no call of 'hand_kernels:gather2' with key " \
            "'n=41'" in done.stderr
+
+
+def test_a_capture_compares_outputs_at_their_own_scale_a_torch_reference_absolutely():
+    """Outputs summed in another order differ by rounding at the output's largest value:
+    a capture's atol is a fraction of it (at least 1); a Kernel record's stays absolute."""
+    import torch
+
+    from sweep_kernels.captured import CapturedKernel
+    from sweep_kernels.record import Kernel
+
+    big = torch.tensor([4800.0, -3.0, float("nan")])
+    captured = CapturedKernel(name="c", fn=None, problem_defaults={}, make_inputs=None,
+                              reference=None, launch_args=None, grid=None)
+    assert captured.atol_scale(big) == 4800.0
+    assert captured.atol_scale(torch.tensor([0.25, -0.5])) == 1.0
+    plain = Kernel(name="k", fn=None, problem_defaults={}, make_inputs=None, reference=None,
+                   launch_args=None, grid=None)
+    assert plain.atol_scale(big) == 1.0
