@@ -349,12 +349,12 @@ class Session:
                 progress: ProgressReporter, request: Request,
                 should_stop: Callable[[], bool], snapshot: Callable[[], None]) -> Driver:
         runtime = engine.runtime(work.settings, placement, work.limits.max_batches)
-        return Driver(self.space, runtime, placement.workers, work.limits, log, work.tally,
-                      work.todo, work.spent, work.deaths, should_stop=should_stop,
-                      on_snapshot=snapshot, observers=[progress, *request.observers],
-                      compile_limit=work.compile_limit,
-                      on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
-                      kinds=placement.kinds, feed=work.feed)
+        return progress.watching(Driver(
+            self.space, runtime, placement.workers, work.limits, log, work.tally, work.todo,
+            work.spent, work.deaths, should_stop=should_stop, on_snapshot=snapshot,
+            observers=[progress, *request.observers], compile_limit=work.compile_limit,
+            on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
+            kinds=placement.kinds, feed=work.feed), work.compile_limit)
 
     def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
         first = drove.driver.first_dispatch_at if drove.driver else None
