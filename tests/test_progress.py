@@ -125,6 +125,11 @@ def test_the_eta_at_the_tail_counts_what_is_still_compiling(monkeypatch):
     # The light trials' rate alone said a few seconds; a heavy config sent at 27 s has
     # 25 s of its expected 30 s compile left.
     assert by_rate is not None and by_rate < 5 and waiting >= 24 and eta >= waiting
+    # A terminal's bar shows the same eta, counted down between records.
+    clock = rt.now
+    rep._ends_at = clock + 95.0
+    rt.now = clock + 20.0
+    assert str(progress._Eta(rep).render(None)) == "00:01:15"  # type: ignore[arg-type]
 
 
 def test_a_configs_expected_compile_is_the_slowest_seen_no_heavier_within_the_limit():

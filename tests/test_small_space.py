@@ -11,6 +11,7 @@ import yaml
 from conftest import ROOT, sweep_cli, sweep_in, write_spec
 
 from sweep.search.per_problem import PerProblem
+from sweep.search.plan import plan_search
 from sweep.search.strategies import (
     INITIAL,
     Everything,
@@ -44,8 +45,7 @@ def test_a_budget_within_the_first_sample_runs_every_config_and_a_larger_one_sea
     assert searches(SearchOptions("guided", budget=0.01), 1000)
 
 
-def test_a_small_spaces_strategy_proposes_every_config_once_and_a_large_ones_searches(
-        tmp_path):
+def test_a_small_spaces_strategy_proposes_every_config_once_and_a_large_ones_searches():
     small = load_spec(ROOT / "configs/matmul.yaml", import_kernel=False).expand()
     large = load_spec(ROOT / "configs/matmul-1800.yaml", import_kernel=False).expand()
     for options in (SearchOptions("guided", seed=3), SearchOptions("halving", seed=3)):
@@ -74,6 +74,11 @@ def test_a_too_small_problem_in_a_sweep_over_problems_runs_all_its_configs_at_on
     both = PerProblem(space, SearchOptions("guided", seed=1), 8)
     # The second problem does not wait for the first's outcomes: every config, at once.
     assert sorted(both.propose({}, [], set()) or []) == list(range(128))
+    plan, line = plan_search(load_spec(spec), space, "simulate", 1, 0)
+    assert plan is not None and plan.warm == () and line == (
+        "search: guided's budget ends within its first sample of 60 configs in each of the "
+        "2 problems (at most 64 configs each): a seeded sample's best at most, so every "
+        "config runs instead (exhaustive)")
 
 
 def replayed_spec(tmp_path: Path) -> Path:

@@ -34,10 +34,12 @@ def plan_search(spec: Spec, space: Space, backend: str, workers: int,
 def too_small(options: SearchOptions, sizes: tuple[int, ...]) -> str:
     """The note of a run whose every space is too small to search (strategies.searches)."""
     first, n = first_sample(options), max(sizes)
+    # Halving's rungs still narrow what it screened, now the whole space, to the finalists.
+    how = "exhaustive" if options.strategy == "guided" else "its first rung: the whole space"
     if len(sizes) == 1:
         return (f"search: {options.strategy}'s budget, {options.budget_configs(n)} of {n} "
                 f"configs, ends within its first sample of {first}: a seeded sample's best "
-                f"at most, so all {n} run instead (exhaustive)")
+                f"at most, so all {n} run instead ({how})")
     return (f"search: {options.strategy}'s budget ends within its first sample of {first} "
             f"configs in each of the {len(sizes)} problems (at most {n} configs each): a "
-            "seeded sample's best at most, so every config runs instead (exhaustive)")
+            f"seeded sample's best at most, so every config runs instead ({how})")
