@@ -143,7 +143,7 @@ def test_problems_differing_in_a_values_type_alone_exit_2_with_one_line(tmp_path
 
 def test_a_problem_without_a_cached_start_begins_with_its_neighbours_fastest(tmp_path):
     spec = load_spec(write_spec(tmp_path / "s.yaml", **{
-        **SIMULATED, "search": {"strategy": "guided", "budget": 0.3, "warm_start": 3}}))
+        **SIMULATED, "search": {"strategy": "guided", "budget": 0.7, "warm_start": 3}}))
     space = spec.expand()
     search = PerProblem(space, spec.search, batch=6)
     first = search.propose({}, [], set())
@@ -193,8 +193,10 @@ def test_a_search_over_many_problems_reads_each_outcome_once_a_batch(tmp_path):
     assert len(seen) > 2 * problems
 
 
-@pytest.mark.parametrize("search", [{"strategy": "guided", "budget": 0.3},
-                                    {"strategy": "halving", "sample": 0.5, "eta": 2}])
+# Budgets past the first sample of 60 (a problem has 100 configs): less is no search
+# (test_small_space.py).
+@pytest.mark.parametrize("search", [{"strategy": "guided", "budget": 0.7},
+                                    {"strategy": "halving", "sample": 0.7, "eta": 2}])
 def test_a_search_over_problems_runs_per_problem_and_resumes_to_the_same_rows(
         tmp_path, search):
     spec = write_spec(tmp_path / "sim.yaml", **{**SIMULATED, "search": search})
@@ -205,7 +207,7 @@ def test_a_search_over_problems_runs_per_problem_and_resumes_to_the_same_rows(
     for m in (1, 8, 64, 512):
         mine = [r for r in rows if r["M"] == m]
         ran = [r for r in mine if r["status"] != "pruned"]
-        assert len(mine) == 100 and 0 < len(ran) <= 60, (m, len(ran))
+        assert len(mine) == 100 and 0 < len(ran) <= 70, (m, len(ran))
         assert f"best for M={m}: " in whole.stdout
     best = json.loads((tmp_path / "whole" / "best.json").read_text())["by_problem"]
     assert all(p["finalists"] and {f["problem"] for f in p["finalists"]} == {k}

@@ -428,8 +428,9 @@ def test_a_negative_search_seed_is_refused_before_anything_is_written(tmp_path, 
 
 @pytest.mark.slow  # a real SIGINT after seconds of trials (test_stop_resume's stay default)
 def test_sigint_during_halvings_rungs_stops_the_run_with_130(tmp_path):
-    # 8 screened configs of 1 s on 2 workers, then a rung of 4 that takes a trial's time.
-    spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(16))},
+    # 8 screened configs of 1 s on 2 workers (too few to sample: every one; see
+    # test_small_space.py), then a rung of 4 that takes a trial's time.
+    spec = simulate_spec(tmp_path / "spec.yaml", space={"A": list(range(8))},
                          search={"strategy": "halving", "sample": 0.5, "eta": 2, "seed": 1},
                          simulate={"workers": 2, "trial_ms": 1000}, run={"finalists": 2})
     out = tmp_path / "run"

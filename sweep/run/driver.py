@@ -293,7 +293,7 @@ class Driver(Retiming):
         self.first_dispatch_at = self.first_dispatch_at or self.runtime.time()
         self.runtime.submit(slot.name, slot.sent, trials, self._ahead(),
                             self.compile_limit.current if self.compile_limit else None)
-        slot.batches.append(HeldBatch(slot.sent, list(trials), probation=probation))
+        slot.batches.append(HeldBatch(slot.sent, list(trials), probation, self.runtime.monotonic()))
         slot.sent += 1
 
     def _ahead(self) -> list[tuple[int, dict[str, Any]]]:

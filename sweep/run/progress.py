@@ -1,10 +1,18 @@
 """Progress on stderr: a live rich bar on a terminal, a plain line every few seconds in a
-log. Both are driver Observers (see sweep.run.driver.Observer)."""
+log. Both are driver Observers (see sweep.run.driver.Observer).
+
+The eta is the trials left at the recent rate, but never sooner than the configs still
+compiling can end (CompileTail): at a sweep's tail the heaviest compiles run with no
+trial finishing, and the rate of the light ones before them says nothing of those.
+"""
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -15,13 +23,17 @@ from rich.progress import (
     Task,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.text import Text
 
+from actors.protocol import compile_weight
 from storage.records import TrialRecord
 from sweep.console import printable
 from sweep.results.tally import Tally
+from sweep.search.scheduling import CACHE_HIT_MS, AdaptiveLimit
+
+if TYPE_CHECKING:
+    from sweep.run.driver import Driver
 
 RATE_WINDOW_S = 60.0
 MIN_RATE_TRIALS = 3
@@ -31,6 +43,64 @@ MIN_RATE_S = 2.0
 class _Rate(ProgressColumn):
     def render(self, task: Task) -> Text:
         return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
+
+
+class _Eta(ProgressColumn):
+    def __init__(self, reporter: ProgressReporter) -> None:
+        super().__init__()
+        self.reporter = reporter
+
+    def render(self, task: Task) -> Text:
+        left = self.reporter.eta_s()
+        return Text("-:--:--" if left is None else time.strftime("%H:%M:%S", time.gmtime(left)))
+
+
+class CompileTail:
+    """How long the configs still compiling hold the run's end off, by the driver's clock:
+    for each trial a worker holds and has not begun, its expected compile time less the
+    time since it was sent; the longest of them. A config's expected compile time is the
+    slowest seen of a config no heavier (compile_weight orders configs by how slowly they
+    compile; one heavier than every config seen, the slowest seen), within the run's
+    compile limit, which stops a compile past it."""
+
+    def __init__(self, driver: Driver, limit: AdaptiveLimit | None) -> None:
+        self.driver, self.limit = driver, limit
+        self._slowest: dict[float, float] = {}  # weight -> the slowest compile seen (s)
+        self._ladder: tuple[list[float], list[float]] | None = None  # weights, running max
+
+    def observe(self, records: Iterable[TrialRecord]) -> None:
+        for r in records:
+            # A compile of under CACHE_HIT_MS found its binary cached: nothing learnt. One
+            # stopped by the limit took at least what it records.
+            if r.compile_ms is not None and r.compile_ms >= CACHE_HIT_MS:
+                w = compile_weight(self.driver.space.kernel_config(r.index))
+                self._slowest[w] = max(self._slowest.get(w, 0.0), r.compile_ms / 1e3)
+                self._ladder = None
+
+    def expected_s(self, weight: float) -> float:
+        if not self._slowest:
+            return 0.0
+        if self._ladder is None:
+            weights = sorted(self._slowest)
+            peak, most = [], 0.0
+            for w in weights:
+                most = max(most, self._slowest[w])
+                peak.append(most)
+            self._ladder = weights, peak
+        weights, peak = self._ladder
+        at = bisect.bisect_right(weights, weight) - 1
+        seconds = peak[max(at, 0)] if at >= 0 else min(self._slowest.values())
+        return min(seconds, self.limit.current.seconds) if self.limit else seconds
+
+    def remaining_s(self) -> float:
+        now = self.driver.runtime.monotonic()
+        by_weight: dict[float, float] = {}  # weight -> the earliest such trial was sent
+        for slot in self.driver.slots:
+            for index, sent_at in slot.waiting():
+                w = compile_weight(self.driver.space.kernel_config(index))
+                by_weight[w] = min(by_weight.get(w, sent_at), sent_at)
+        return max((sent + self.expected_s(w) - now for w, sent in by_weight.items()),
+                   default=0.0)
 
 
 def describe(tally: Tally) -> str:
@@ -57,10 +127,21 @@ class ProgressReporter:
         self._seen: deque[tuple[float, int]] = deque()
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), _Eta(self),
             console=self.console, transient=False)
+        self.tail: CompileTail | None = None
+        self._ends_at: float | None = None  # when the eta says the run ends (monotonic)
         self._task = self._progress.add_task(describe(tally), total=self.total,
                                              completed=min(tally.done, self.total))
+
+    def watching(self, driver: Driver, limit: AdaptiveLimit | None) -> Driver:
+        """The eta counts the compiles this driver's workers still hold (CompileTail)."""
+        self.tail = CompileTail(driver, limit)
+        return driver
+
+    def eta_s(self) -> float | None:
+        """Seconds to the end as last estimated, counted down since; None: unknown."""
+        return None if self._ends_at is None else max(0.0, self._ends_at - time.monotonic())
 
     def __enter__(self) -> ProgressReporter:
         if self.live:
@@ -78,10 +159,16 @@ class ProgressReporter:
         self._seen.append((now, tally.done))
         while len(self._seen) > 2 and now - self._seen[1][0] >= RATE_WINDOW_S:
             self._seen.popleft()
+        rate = self.rate()
+        if self.tail is not None:
+            self.tail.observe(records)
+        # Unknown until there is a rate; then never sooner than what still compiles.
+        self._ends_at = None if not rate else now + max(
+            (self.total - done) / rate, self.tail.remaining_s() if self.tail else 0.0)
         if not self.live and now - self._last_log >= self.log_every_s:
             self._last_log = now
-            rate = self.rate()
-            eta = f"{(self.total - done) / rate:.0f} s" if rate else "?"
+            left = self.eta_s()
+            eta = "?" if left is None else f"{left:.0f} s"
             most = " at most" if self.total < tally.total else ""
             rate_text = f"{rate:.1f}/s" if rate else "-/s"
             self._line(f"progress: {done}/{self.total}{most} done · {describe(tally)} "

@@ -55,7 +55,7 @@ from sweep.run.rundir import Loaded, RunDir, RunLog
 from sweep.run.stop import StopController
 from sweep.search.plan import plan_search
 from sweep.search.scheduling import AdaptiveLimit, compile_order
-from sweep.search.strategies import SearchPlan
+from sweep.search.strategies import SearchPlan, most
 from sweep.spec import Spec, SpecError, check_dtype_for_backend
 from sweep.spec.space import Space
 
@@ -315,7 +315,8 @@ class Session:
                                               earlier=self.earlier)
             write_snapshot(run.snapshot, snapshot_now)
             with RunLog(run, spec.fingerprint) as log, \
-                    ProgressReporter(tally, self.io.err, expected=spec.search.most(self.space.sizes)
+                    ProgressReporter(tally, self.io.err,
+                                     expected=most(spec.search, self.space.sizes)
                                      if work.search is not None else None) as progress:
                 drove.driver = self._driver(engine, placement, work, log, progress, request,
                                             should_stop, snapshot)
@@ -348,12 +349,12 @@ class Session:
                 progress: ProgressReporter, request: Request,
                 should_stop: Callable[[], bool], snapshot: Callable[[], None]) -> Driver:
         runtime = engine.runtime(work.settings, placement, work.limits.max_batches)
-        return Driver(self.space, runtime, placement.workers, work.limits, log, work.tally,
-                      work.todo, work.spent, work.deaths, should_stop=should_stop,
-                      on_snapshot=snapshot, observers=[progress, *request.observers],
-                      compile_limit=work.compile_limit,
-                      on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
-                      kinds=placement.kinds, feed=work.feed)
+        return progress.watching(Driver(
+            self.space, runtime, placement.workers, work.limits, log, work.tally, work.todo,
+            work.spent, work.deaths, should_stop=should_stop, on_snapshot=snapshot,
+            observers=[progress, *request.observers], compile_limit=work.compile_limit,
+            on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
+            kinds=placement.kinds, feed=work.feed), work.compile_limit)
 
     def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
         first = drove.driver.first_dispatch_at if drove.driver else None
@@ -395,7 +396,7 @@ class Session:
                          "pass's, so the best-config cache does not take it (--force tunes "
                          "again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
-                      spec.search.most(self.space.sizes) if "pruned" not in self.retry
+                      most(spec.search, self.space.sizes) if "pruned" not in self.retry
                       else None, problem_labels(spec), drove.work.done_before)
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:
@@ -420,15 +421,16 @@ class Session:
 
     def _prestart(self, engine: Engine) -> Prestart | None:
         """Work begun before the kernel is imported here and the engine is up: a GPU's
-        launchers and early compiles (a search's first configs depend on the cluster's
-        size: then none compile early); under the interpreter on the local runtime, whose
-        workers adopt them, each worker's launcher (which imports torch and the kernel)."""
+        launchers and early compiles (where every config runs: a search's first configs
+        depend on the cluster's size, so then none compile early); under the interpreter
+        on the local runtime, whose workers adopt them, each worker's launcher (which
+        imports torch and the kernel)."""
         backend = self.spec.run.backend
         if may_use_gpu(backend) and machine.visible_gpus():
             return Prestart.begin(
                 worker_settings(self.spec, "cuda"),
                 ((i, self.space.config(i)) for i in self._full_order())
-                if self.spec.search.exhaustive else ())
+                if most(self.spec.search, self.space.sizes) is None else ())
         if may_interpret(backend) and engine.name == "local" and \
                 machine.local_devices(backend) == ["cpu-interpreter"]:
             workers = engine.placement(self.spec, "interpret").workers

@@ -30,6 +30,7 @@ class HeldBatch:
     number: int
     trials: list[Trial]  # those not reported yet
     probation: bool = False  # a lone suspect: a death now is certainly its own
+    sent_at: float = 0.0  # when it was sent (the runtime's monotonic clock)
     started: bool = False
 
     @property
@@ -78,6 +79,12 @@ class Slot:
 
     def unfinished(self) -> list[Trial]:
         return [t for b in self.batches for t in b.unfinished()]
+
+    def waiting(self) -> list[tuple[int, float]]:
+        """(index, when sent) of each trial it holds that has not begun: still to compile,
+        or compiled and waiting for the device."""
+        return [(t[0], b.sent_at) for b in self.batches for t in b.trials
+                if t[0] != self.running]
 
     def head(self) -> HeldBatch | None:
         """The batch whose trial is due now."""

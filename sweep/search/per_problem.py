@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweep.search.strategies import Seen, Strategy, strategy
+from sweep.search.strategies import Seen, Strategy, searches, strategy
 from sweep.search.warm_start import indices_of
 from sweep.spec.search_options import SearchOptions
 from sweep.spec.space import Space
@@ -98,9 +98,11 @@ class PerProblem:
         waits: the cache's, else the neighbour before it's fastest that worked (once one
         has, or the neighbour is over with nothing that worked). seen_before and
         taken_before: the neighbour's, in its own indices."""
-        # Halving proposes one sample: waiting for a neighbour's would run them in turn.
+        # Halving proposes one sample, and a space too small to search all its configs:
+        # waiting for a neighbour's would run them in turn.
         if p == 0 or self.cached[p] or self.options.warm_start <= 0 or \
-                self.options.strategy == "halving":
+                self.options.strategy == "halving" or \
+                not searches(self.options, len(self.parts[p])):
             return self.cached[p]
         before = self.ranges[p - 1]
         ok = sorted((v, i) for i, v in seen_before.items() if v is not None)

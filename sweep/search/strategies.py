@@ -32,6 +32,7 @@ ENSEMBLE = 8  # bootstrap fits whose spread is the model's uncertainty
 RIDGE = 1.0  # the fits' L2 penalty, per feature
 INITIAL = 2 * MIN_COMPILES  # configs sampled before the model guides
 MAX_PAIR_VALUES = 256  # value combinations of a pair of parameters the model learns, at most
+DEFAULT_BUDGET = SearchOptions().budget  # guided's, for a space too small to search
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,57 @@ class Search:
         return [i for i in range(total) if i not in self.known]
 
 
+def first_sample(options: SearchOptions) -> int:
+    """The configs a search runs before what it learnt can steer it: guided's first
+    batch, a seeded spread sample (Guided.propose); halving's first rung is a seeded sample
+    of its own, held to the same size. From the spec alone (its batch, never the
+    cluster's), like everything searches() decides."""
+    return max(INITIAL, options.batch or 0)
+
+
+def searches(options: SearchOptions, total: int) -> bool:
+    """Whether a search of a space of `total` configs runs a part of it. A budget that
+    ends within the first sample picks the best of a seeded sample, no search at all (on
+    configs/matmul.yaml's 64 configs, up to 23% slower than the best; BENCHMARKS.md):
+    on such a space every config runs instead. Not where only the spec's own budget is
+    that small, on a space the default budget searches past its first sample: there the
+    sample is what was asked for. A function of the spec and the space alone, so every
+    resume decides as the run's start did."""
+    budget = options.budget_configs(total)
+    first = first_sample(options)
+    return budget is not None and (budget > first or total * DEFAULT_BUDGET > first)
+
+
+def most(options: SearchOptions, sizes: int | Sequence[int]) -> int | None:
+    """The configs a run's search runs at most (None: all), given each problem's count of
+    configs (a search each, in a sweep over problems)."""
+    each = [sizes] if isinstance(sizes, int) else list(sizes)
+    if not any(searches(options, n) for n in each):
+        return None
+    return sum(options.budget_configs(n) or n if searches(options, n) else n for n in each)
+
+
 def strategy(space: Space, options: SearchOptions, batch: int,
              warm: Sequence[int] = ()) -> Strategy:
+    if not searches(options, len(space)):
+        return Everything(len(space))
     if options.strategy == "halving":
         return Halving(space, options, warm)
     if options.strategy == "guided":
         return Guided(space, options, batch, warm)
     raise ValueError(f"no strategy {options.strategy!r} to propose batches")
+
+
+class Everything:
+    """A space too small to search (see searches()): every config, in one batch. The
+    session orders them to compile, heaviest first, as it does any batch."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def propose(self, seen: Seen, batches: Sequence[Sequence[int]],
+                taken: set[int]) -> list[int] | None:
+        return None if batches else [i for i in range(self.total) if i not in taken]
 
 
 def batch_size(options: SearchOptions, workers: int, compile_workers: int) -> int:

@@ -4,7 +4,6 @@ The strategies themselves are sweep/search/strategies.py's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 STRATEGIES = ("exhaustive", "halving", "guided")
@@ -38,12 +37,9 @@ class SearchOptions:
     def exhaustive(self) -> bool:
         return self.strategy == "exhaustive"
 
-    def most(self, total: int | Sequence[int]) -> int | None:
-        """The configs a search of a space of `total` runs at most (None: all); of a
-        sweep over problems, given each problem's count (a search each)."""
-        if isinstance(total, Sequence):
-            each = [self.most(n) for n in total]
-            return None if None in each else sum(n or 0 for n in each)
+    def budget_configs(self, total: int) -> int | None:
+        """The configs this strategy's budget allows of a space of `total` (None: all),
+        before sweep/search/strategies.py's rule for a space too small to search."""
         if self.strategy == "guided":
             return math.ceil(self.budget * total)
         if self.strategy == "halving":
