@@ -34,12 +34,15 @@ def summarise(samples: list[float]) -> Timing:
 
 
 def time_wall(fn: Callable[[], object], warmup_ms: float, rep_ms: float,
-              max_reps: int = 100) -> Timing:
-    """do_bench's budget semantics on the host clock: estimate one call, then warm up for
-    warmup_ms and measure for rep_ms, with at least three samples."""
-    start = time.perf_counter()
-    fn()
-    estimate_ms = max((time.perf_counter() - start) * 1e3, 1e-3)
+              max_reps: int = 100, estimate_ms: float | None = None) -> Timing:
+    """do_bench's budget semantics on the host clock: estimate one call (or take the
+    caller's estimate, a call it has just timed), then warm up for warmup_ms and measure
+    for rep_ms, with at least three samples."""
+    if estimate_ms is None:
+        start = time.perf_counter()
+        fn()
+        estimate_ms = (time.perf_counter() - start) * 1e3
+    estimate_ms = max(estimate_ms, 1e-3)
     for _ in range(int(warmup_ms / estimate_ms)):
         fn()
     samples = []

@@ -1,0 +1,62 @@
+"""What the quickstart's command spends its CPU on, on a 2-core machine where its workers
+import torch meanwhile (BENCHMARKS.md, the quickstart against the import): the driver
+checks the spec against a built-in kernel without importing torch, pyarrow does not import
+pandas in the command's process, and an interpreted trial times its first launch as the
+estimate the timing loop would otherwise spend a launch on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.timing import time_wall
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_checking_the_quickstart_against_its_built_in_kernel_imports_no_torch():
+    said = python("import sys; from sweep.spec import load_spec; "
+                  "spec = load_spec('configs/quickstart.yaml', backend='interpret'); "
+                  "print(spec.problem['M'], spec.kernel_source != '', 'torch' in sys.modules)")
+    assert said == "128 True False"
+
+
+def test_the_built_in_matmul_counts_the_bytes_each_dtype_moves_as_torch_does():
+    import torch
+
+    from sweep_kernels.matmul import KERNEL
+
+    assert KERNEL.bytes_moved is not None
+    for dtype in ("float16", "bfloat16", "float32"):
+        p = {"M": 64, "N": 32, "K": 16, "dtype": dtype}
+        elements = 64 * 16 + 16 * 32 + 64 * 32
+        assert KERNEL.bytes_moved(p) == elements * torch.finfo(getattr(torch, dtype)).bits / 8
+
+
+def test_the_command_keeps_pyarrow_from_importing_pandas_and_to_pandas_still_works():
+    pytest.importorskip("pandas")
+    said = python("import sys; import sweep.command; import pyarrow as pa; "
+                  "t = pa.table({'a': [1, 2]}); print('pandas' in sys.modules); "
+                  "print(type(t.to_pandas()).__name__, 'pandas' in sys.modules)")
+    assert said.splitlines() == ["False", "DataFrame True"]
+
+
+def test_a_timing_given_the_first_launchs_time_spends_no_launch_on_an_estimate():
+    calls: list[int] = []
+    time_wall(lambda: calls.append(1), warmup_ms=0, rep_ms=0, estimate_ms=50.0)
+    assert len(calls) == 3  # the three samples, no estimate
+    calls.clear()
+    time_wall(lambda: calls.append(1), warmup_ms=0, rep_ms=0)
+    assert len(calls) == 4  # one estimate, then the three
