@@ -239,7 +239,7 @@ class TritonBackend:
         for tensor in outputs(out):
             tensor.fill_(float("nan"))
         try:
-            first = self._launched_ms(launch)  # time_wall's estimate
+            first = self._launched_ms(launch)  # time_wall's estimate (see _time)
         except Exception as e:
             return self._launch_failure(e, compile_ms)
 
@@ -282,11 +282,12 @@ class TritonBackend:
 
     def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float,
               first_ms: float | None = None) -> Timing:
-        """first_ms: how long the config's first launch took; under the interpreter (each
-        launch tens of ms or more) it is the estimate time_wall would otherwise spend a
-        launch on."""
+        """first_ms: how long the config's first (validating) launch took; under the
+        interpreter (each launch tens of ms or more, a timing that says nothing of a GPU's)
+        it is time_wall's estimate and, with no warm-up due, its first sample: a launch
+        fewer of four per config."""
         if self.interpret:
-            return time_wall(launch, warmup_ms, rep_ms, estimate_ms=first_ms)
+            return time_wall(launch, warmup_ms, rep_ms, first_ms=first_ms)
         return time_cuda(launch, warmup_ms, rep_ms)
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:

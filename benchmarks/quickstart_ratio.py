@@ -5,12 +5,14 @@ round, so that the machine's drift falls on all three alike. Targets (issue 36):
 quickstart at most 2.5x the import, its cached answer at most 0.5x.
 
 Each round runs the import, the quickstart and its cached answer, the import first in even
-rounds and last in odd ones; recorded are every run's wall time, each round's two ratios,
-their medians, and each new run's phase timeline (snapshot.json), which says where the
-quickstart's time goes.
+rounds and last in odd ones; with --baseline DIR (a checkout of the code before a change,
+such as `git archive COMMIT | tar -x -C DIR`), the baseline's quickstart and cached answer
+too, in the same round, this checkout's first in even rounds. Recorded are every run's wall
+time, each round's ratios, their medians, and each new run's phase timeline
+(snapshot.json), which says where the quickstart's time goes.
 
-Usage: python benchmarks/quickstart_ratio.py [--rounds 7] [--out benchmarks/results]
-                                             [--name quickstart_ratio]
+Usage: python benchmarks/quickstart_ratio.py [--rounds 7] [--baseline DIR]
+                                             [--out benchmarks/results] [--name quickstart_ratio]
 """
 
 from __future__ import annotations
@@ -34,39 +36,45 @@ from benchmarks import record  # noqa: E402
 SPEC = "configs/quickstart.yaml"
 
 
-def timed(argv: list[str], cache: Path) -> float:
-    """One whole command from this checkout, its wall time."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
+def timed(argv: list[str], cache: Path, checkout: Path = ROOT) -> float:
+    """One whole command from a checkout's own packages (first on its path), its wall
+    time."""
+    env = {**os.environ, "PYTHONPATH": str(checkout), "RAY_USAGE_STATS_ENABLED": "0",
            "SWEEP_CACHE_DIR": str(cache)}
     t0 = time.monotonic()
-    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(argv, cwd=checkout, env=env, check=True, capture_output=True)
     return time.monotonic() - t0
 
 
-def one_round(i: int, tmp: Path) -> dict[str, Any]:
-    cache = tmp / f"cache-{i}"  # empty: the first sweep runs, the second is answered
+def sweeps(checkout: Path, tag: str, i: int, tmp: Path, got: dict[str, Any]) -> None:
+    """The quickstart (an empty best-config cache) and its cached answer, from checkout."""
+    cache = tmp / f"{tag}cache-{i}"
     sweep = [sys.executable, "-m", "sweep", "run", SPEC, "--out"]
+    got[f"{tag}quickstart_s"] = timed([*sweep, str(tmp / f"{tag}run-{i}")], cache, checkout)
+    got[f"{tag}cached_s"] = timed([*sweep, str(tmp / f"{tag}cached-{i}")], cache, checkout)
+    snapshot = json.loads((tmp / f"{tag}run-{i}" / "snapshot.json").read_text())
+    got[f"{tag}timeline"] = snapshot.get("snapshot", {}).get("timeline")
+
+
+def one_round(i: int, tmp: Path, baseline: Path | None) -> dict[str, Any]:
     got: dict[str, Any] = {}
-
-    def imports() -> None:
-        got["import_s"] = timed([sys.executable, "-c", "import torch, triton"], cache)
-
+    order = [(ROOT, "")] + ([(baseline, "baseline_")] if baseline else [])
     if i % 2 == 0:
-        imports()
-    got["quickstart_s"] = timed([*sweep, str(tmp / f"run-{i}")], cache)
-    got["cached_s"] = timed([*sweep, str(tmp / f"cached-{i}")], cache)
+        got["import_s"] = timed([sys.executable, "-c", "import torch, triton"], tmp)
+    for checkout, tag in order if i % 2 == 0 else reversed(order):
+        sweeps(checkout, tag, i, tmp, got)
     if i % 2 == 1:
-        imports()
-    snapshot = json.loads((tmp / f"run-{i}" / "snapshot.json").read_text())
-    got["timeline"] = snapshot.get("snapshot", {}).get("timeline")
-    got["quickstart_ratio"] = got["quickstart_s"] / got["import_s"]
-    got["cached_ratio"] = got["cached_s"] / got["import_s"]
+        got["import_s"] = timed([sys.executable, "-c", "import torch, triton"], tmp)
+    for _, tag in order:
+        got[f"{tag}quickstart_ratio"] = got[f"{tag}quickstart_s"] / got["import_s"]
+        got[f"{tag}cached_ratio"] = got[f"{tag}cached_s"] / got["import_s"]
     return got
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--baseline", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--name", default="quickstart_ratio",
                     help="the result's name (benchmarks/results/NAME-DATE.json)")
@@ -75,13 +83,16 @@ def main() -> None:
                             capture_output=True, text=True).stdout.strip()
     result: dict[str, Any] = {**record.header(args.name), "commit": commit, "spec": SPEC,
                               "targets": {"quickstart_ratio": 2.5, "cached_ratio": 0.5},
+                              "baseline": str(args.baseline) if args.baseline else None,
                               "rounds": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
-            result["rounds"].append(one_round(i, Path(tmp)))
+            result["rounds"].append(one_round(i, Path(tmp), args.baseline))
             print(json.dumps({k: v for k, v in result["rounds"][-1].items()
-                              if k != "timeline"}), flush=True)
-    for key in ("import_s", "quickstart_s", "cached_s", "quickstart_ratio", "cached_ratio"):
+                              if not k.endswith("timeline")}), flush=True)
+    for key in result["rounds"][0]:
+        if key.endswith("timeline"):
+            continue
         values = [r[key] for r in result["rounds"]]
         result[f"median_{key}"] = statistics.median(values)
         result[f"range_{key}"] = [min(values), max(values)]

@@ -1,8 +1,8 @@
 """What the quickstart's command spends its CPU on, on a 2-core machine where its workers
 import torch meanwhile (BENCHMARKS.md, the quickstart against the import): the driver
 checks the spec against a built-in kernel without importing torch, pyarrow does not import
-pandas in the command's process, and an interpreted trial times its first launch as the
-estimate the timing loop would otherwise spend a launch on."""
+pandas in the command's process, and an interpreted trial's validating launch is its
+timing's estimate and first sample."""
 
 from __future__ import annotations
 
@@ -54,9 +54,15 @@ def test_the_command_keeps_pyarrow_from_importing_pandas_and_to_pandas_still_wor
 
 
 def test_a_timing_given_the_first_launchs_time_spends_no_launch_on_an_estimate():
+    # The interpreter's validating launch (50 ms) is the estimate and, with no warm-up
+    # due, the first of the three samples; a warm-up due comes between it and them.
     calls: list[int] = []
-    time_wall(lambda: calls.append(1), warmup_ms=0, rep_ms=0, estimate_ms=50.0)
-    assert len(calls) == 3  # the three samples, no estimate
+    t = time_wall(lambda: calls.append(1), warmup_ms=0, rep_ms=0, first_ms=50.0)
+    assert len(calls) == 2
+    assert t.p80_ms >= 0.6 * 50.0  # the 50 ms first sample is among the three
+    calls.clear()
+    time_wall(lambda: calls.append(1), warmup_ms=60, rep_ms=0, first_ms=50.0)
+    assert len(calls) == 4  # one warm-up, three samples of its own
     calls.clear()
     time_wall(lambda: calls.append(1), warmup_ms=0, rep_ms=0)
     assert len(calls) == 4  # one estimate, then the three
