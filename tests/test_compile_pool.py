@@ -222,7 +222,7 @@ def run_peers_beside_a_gated_compile(pool: CompilePool, gate: Path) -> Compiled:
     for key in range(1, MIN_COMPILES + 1):
         pool.submit(key, {"GATE": str(gate), "ROLE": "peer", "n": key})
     peers = [result(pool, key) for key in range(1, MIN_COMPILES + 1)]
-    assert all(p.ok and p.compile_ms >= 100 for p in peers), peers
+    assert all(p.ok and p.compile_ms is not None and p.compile_ms >= 100 for p in peers), peers
     return result(pool, 0)
 
 
@@ -247,7 +247,7 @@ def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_r
     assert "x this run's p90 compile of" in got.error
     assert got.error.endswith("(run.compile_timeout_s: auto); sweep resume DIR --retry "
                               "timeout gives it the full 120 s")
-    assert got.compile_ms < 120_000
+    assert got.compile_ms is not None and got.compile_ms < 120_000
 
 
 def test_a_pool_without_the_adaptive_limit_keeps_the_fixed_one_as_a_retry_does(
@@ -285,3 +285,34 @@ def test_a_limit_the_driver_sends_stops_a_compile_already_running_at_the_tighter
     finally:
         pool.close()
     assert got.timed_out and got.error == sent.why(), got
+
+
+@pytest.mark.parametrize("retry", [frozenset(), frozenset({"timeout"})])
+def test_a_new_runs_worker_pools_learn_the_limit_and_a_retrys_keep_the_fixed_one(
+        monkeypatch, retry):
+    # The settings every runtime hands its workers (local, Ray, and the early pool's)
+    # carry whether pools learn: run.compile_timeout_s auto does, `sweep resume --retry`
+    # does not (what a limit stopped gets the fixed limit).
+    from dataclasses import replace
+
+    from actors.protocol import WorkerSettings
+    from actors.worker import make_compiler
+    from sweep.run.assembly import _compile_limit, worker_settings
+    from sweep.spec import load_spec
+
+    spec = load_spec(Path(__file__).parent.parent / "configs" / "quickstart.yaml",
+                     import_kernel=False)
+    limit = _compile_limit(spec, None, retry)
+    assert worker_settings(spec, "cuda").compile_limit_auto
+    tests_on_path(monkeypatch)
+    settings = WorkerSettings(
+        backend="cuda", kernel="gated_kernel:KERNEL", problem={}, trial_timing=(1, 1),
+        finalist_timing=(1, 1), tolerance=None, seed=0, simulate={}, compile_workers=1)
+    pool = make_compiler(replace(settings, compile_timeout_s=limit.fixed_s,
+                                 compile_limit_auto=limit.adaptive))
+    assert isinstance(pool, CompilePool)
+    try:
+        assert pool._learner.adaptive == (not retry)
+        assert pool.limit == CompileLimit(spec.run.trial_timeout_s)
+    finally:
+        pool.close()
