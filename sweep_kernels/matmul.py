@@ -12,11 +12,10 @@ import triton
 import triton.language as tl
 
 from sweep_kernels import Config, Kernel, Problem
+from sweep_kernels.record import ELEMENT_BYTES
 
 if TYPE_CHECKING:
     import torch
-
-BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}  # per element, of each dtype it takes
 
 
 @triton.jit
@@ -110,5 +109,5 @@ KERNEL = Kernel(
     grid=grid,
     flops=lambda p: 2.0 * p["M"] * p["N"] * p["K"],
     bytes_moved=lambda p: (p["M"] * p["K"] + p["K"] * p["N"] + p["M"] * p["N"])
-    * BYTES[p["dtype"]],
+    * ELEMENT_BYTES[p["dtype"]],
 )

@@ -26,23 +26,26 @@ def python(code: str) -> str:
     return done.stdout.strip()
 
 
-def test_checking_the_quickstart_against_its_built_in_kernel_imports_no_torch():
+@pytest.mark.parametrize("spec", ["quickstart.yaml", "softmax.yaml"])
+def test_checking_a_spec_against_a_built_in_kernel_imports_no_torch(spec):
     said = python("import sys; from sweep.spec import load_spec; "
-                  "spec = load_spec('configs/quickstart.yaml', backend='interpret'); "
-                  "print(spec.problem['M'], spec.kernel_source != '', 'torch' in sys.modules)")
-    assert said == "128 True False"
+                  f"spec = load_spec('configs/{spec}', backend='interpret'); "
+                  "print(bool(spec.problem), spec.kernel_source != '', 'torch' in sys.modules)")
+    assert said == "True True False"
 
 
-def test_the_built_in_matmul_counts_the_bytes_each_dtype_moves_as_torch_does():
+def test_the_built_in_kernels_count_the_bytes_each_dtype_moves_as_torch_does():
     import torch
 
-    from sweep_kernels.matmul import KERNEL
+    from sweep_kernels.matmul import KERNEL as MATMUL
+    from sweep_kernels.softmax import KERNEL as SOFTMAX
 
-    assert KERNEL.bytes_moved is not None
+    assert MATMUL.bytes_moved is not None and SOFTMAX.bytes_moved is not None
     for dtype in ("float16", "bfloat16", "float32"):
+        size = torch.finfo(getattr(torch, dtype)).bits / 8
         p = {"M": 64, "N": 32, "K": 16, "dtype": dtype}
-        elements = 64 * 16 + 16 * 32 + 64 * 32
-        assert KERNEL.bytes_moved(p) == elements * torch.finfo(getattr(torch, dtype)).bits / 8
+        assert MATMUL.bytes_moved(p) == (64 * 16 + 16 * 32 + 64 * 32) * size
+        assert SOFTMAX.bytes_moved({"rows": 8, "cols": 16, "dtype": dtype}) == 2 * 8 * 16 * size
 
 
 def test_the_command_keeps_pyarrow_from_importing_pandas_and_to_pandas_still_works():
