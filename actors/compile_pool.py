@@ -38,6 +38,7 @@ from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
 from actors import child
+from actors.compile_limit import Learner, tighter
 from actors.protocol import CompileLimit
 
 # In the fork server and its children: torch.cuda.is_available() asks NVML rather than
@@ -188,17 +189,21 @@ class CompilePool:
                  limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
                  stderr: IO[bytes] | None = None,
                  fixed: Mapping[str, Any] | None = None, unforked: bool = True,
-                 problem_keys: Sequence[str] = ()) -> None:
+                 problem_keys: Sequence[str] = (), adaptive: bool = False) -> None:
         """devices: GPU ids to spread the processes over (each sets up CUDA for its
         launch arguments); default: the one this process sees. stderr: where the
         processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
         whether processes start on their own where forks cannot (each imports torch and
-        the kernel itself: seconds of CPU), or the pool stays down."""
+        the kernel itself: seconds of CPU), or the pool stays down. adaptive: the pool
+        also learns a limit from its own compiles as each ends (actors/compile_limit.py),
+        and a compile stops at the tighter of that and the one it was given."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
                       "problem_keys": list(problem_keys)}
         self._devices = list(devices)
-        self.limit = limit
+        self.limit = limit  # the one in force: the tighter of the given and the learnt
+        self._given = limit
+        self._learner = Learner(limit.seconds, adaptive)
         self._stderr = stderr
         self._unforked = unforked
         self._failed_starts = 0
@@ -230,7 +235,10 @@ class CompilePool:
                      since=time.monotonic())
 
     def set_limit(self, limit: CompileLimit) -> None:
-        self.limit = limit
+        """The driver's limit, which compiles already running answer to from the next
+        look at them."""
+        self._given = limit
+        self.limit = tighter(limit, self._learner.current)
 
     def started(self) -> bool:
         with self._lock:
@@ -330,11 +338,13 @@ class CompilePool:
                 else:
                     self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
                     p.task = None
+                    if self._learner.add([ms]):
+                        self.limit = tighter(self._given, self._learner.current)
             elif not p.ready and not p.forked and time.monotonic() - p.since > START_LIMIT_S:
                 # (Not a fork: its clock would count the fork server's own imports.)
                 self._failed_start(i, f"it was not up within {START_LIMIT_S:g} s")
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
-                self._replace(i, self.limit.why(time.monotonic() - p.since), True)
+                self._replace(i, self.limit.why(), True)
 
     def _failed_start(self, i: int, why: str) -> None:
         """A process that could not start. A fork's failure is the fork server's state (a

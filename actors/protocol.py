@@ -37,17 +37,20 @@ class Retimed:
 @dataclass(frozen=True)
 class CompileLimit:
     """How long one compile may take: a fixed limit (run.compile_timeout_s, or the trial
-    timeout), or one the driver derived from this run's own compile times."""
+    timeout), or one learnt from this run's own compile times (actors/compile_limit.py)."""
 
     seconds: float
-    p90_s: float | None = None  # the run's p90 it was derived from
+    p90_s: float | None = None  # the run's p90 it was learnt from
+    fixed_s: float | None = None  # the fixed limit it stands in for (learnt ones)
 
-    def why(self, elapsed_s: float) -> str:
+    def why(self) -> str:
+        """The row's error of a compile this limit stopped: which limit, and why."""
         if self.p90_s is None:
             return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
-        return (f"compile {elapsed_s:.0f} s, {elapsed_s / self.p90_s:.0f}x this run's p90 of "
-                f"{self.p90_s:.2g} s: stopped at the run's adaptive limit of "
-                f"{self.seconds:.0f} s (set run.compile_timeout_s to change it)")
+        return (f"compile took longer than {self.seconds:g} s, "
+                f"{self.seconds / self.p90_s:.0f}x this run's p90 compile of "
+                f"{self.p90_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
+                f"--retry timeout gives it the full {self.fixed_s or self.seconds:g} s")
 
 
 def compile_weight(config: Mapping[str, Any], problem_keys: Sequence[str] = ()) -> float:
@@ -139,6 +142,9 @@ class WorkerSettings:
     simulate: Mapping[str, Any]
     compile_workers: int = 0  # processes compiling ahead of the GPU (cuda, replay)
     compile_timeout_s: float = 60.0  # the fixed limit until the driver sends another
+    # run.compile_timeout_s: auto: each compile pool also learns a limit from its own
+    # compiles (actors/compile_limit.py); False on a retry, which gets the fixed one.
+    compile_limit_auto: bool = False
     kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
     replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
     # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.

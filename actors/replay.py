@@ -265,7 +265,7 @@ class ReplayCompiler:
         if row is None:
             return Compiled(True, ms)
         if took > self.limit.seconds:
-            return Compiled(False, ms, self.limit.why(end - start), timed_out=True)
+            return Compiled(False, ms, self.limit.why(), timed_out=True)
         if self.cache_dir is not None:
             self._cached(config).touch()
         if row.status == "compile_error":

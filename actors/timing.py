@@ -34,16 +34,26 @@ def summarise(samples: list[float]) -> Timing:
 
 
 def time_wall(fn: Callable[[], object], warmup_ms: float, rep_ms: float,
-              max_reps: int = 100) -> Timing:
+              max_reps: int = 100, first_ms: float | None = None) -> Timing:
     """do_bench's budget semantics on the host clock: estimate one call, then warm up for
-    warmup_ms and measure for rep_ms, with at least three samples."""
-    start = time.perf_counter()
-    fn()
-    estimate_ms = max((time.perf_counter() - start) * 1e3, 1e-3)
-    for _ in range(int(warmup_ms / estimate_ms)):
-        fn()
+    warmup_ms and measure for rep_ms, with at least three samples. first_ms: a call the
+    caller has just made and timed (the interpreter's validating launch): the estimate,
+    and the first sample too where the warm-up budget is under one call (then no call
+    would come between it and the samples; the median of three stands one slow first)."""
     samples = []
-    for _ in range(max(3, min(max_reps, int(rep_ms / estimate_ms)))):
+    if first_ms is None:
+        start = time.perf_counter()
+        fn()
+        estimate_ms = (time.perf_counter() - start) * 1e3
+    else:
+        estimate_ms = first_ms
+    estimate_ms = max(estimate_ms, 1e-3)
+    warmups = int(warmup_ms / estimate_ms)
+    if first_ms is not None and warmups == 0:
+        samples.append(first_ms)
+    for _ in range(warmups):
+        fn()
+    for _ in range(max(3, min(max_reps, int(rep_ms / estimate_ms))) - len(samples)):
         t0 = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t0) * 1e3)

@@ -239,9 +239,7 @@ class TritonBackend:
         for tensor in outputs(out):
             tensor.fill_(float("nan"))
         try:
-            launch()
-            if not self.interpret:
-                torch.cuda.synchronize()
+            first = self._launched_ms(launch)  # time_wall's estimate (see _time)
         except Exception as e:
             return self._launch_failure(e, compile_ms)
 
@@ -267,14 +265,31 @@ class TritonBackend:
             validation = "passed"
             del got, expected
         try:
-            t = self._time(launch, *self.trial_timing)
+            t = self._time(launch, self.trial_timing[0], self.trial_timing[1], first)
         except Exception as e:
             return self._launch_failure(e, compile_ms, validation)
         return TrialOutcome("ok", validation, latency_ms=t.median_ms, latency_p20_ms=t.p20_ms,
                             latency_p80_ms=t.p80_ms, compile_ms=compile_ms)
 
-    def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float) -> Timing:
-        return (time_wall if self.interpret else time_cuda)(launch, warmup_ms, rep_ms)
+    def _launched_ms(self, launch: Callable[[], None]) -> float:
+        """Launch once, to its end; how long that took."""
+        start = time.perf_counter()
+        launch()
+        if not self.interpret:
+            import torch
+
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float,
+              first_ms: float | None = None) -> Timing:
+        """first_ms: how long the config's first (validating) launch took; under the
+        interpreter (each launch tens of ms or more, a timing that says nothing of a GPU's)
+        it is time_wall's estimate and, with no warm-up due, its first sample: a launch
+        fewer of four per config."""
+        if self.interpret:
+            return time_wall(launch, warmup_ms, rep_ms, first_ms=first_ms)
+        return time_cuda(launch, warmup_ms, rep_ms)
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         """Time the finalists interleaved (A B C A B C ...) on the same inputs, so clock

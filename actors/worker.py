@@ -107,7 +107,8 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
 
         return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
                            settings.seed, limit, settings.kernel_path, fixed=settings.fixed,
-                           problem_keys=settings.problem_keys)
+                           problem_keys=settings.problem_keys,
+                           adaptive=settings.compile_limit_auto)
     return None
 
 

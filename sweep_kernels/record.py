@@ -10,6 +10,10 @@ from typing import Any
 Problem = Mapping[str, Any]
 Config = Mapping[str, Any]
 
+# Bytes per element of the dtypes the built-in kernels take, without importing torch (as
+# torch.finfo(dtype).bits / 8 would): the command that checks a spec never imports it.
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
 @dataclass(frozen=True)
 class Kernel:
     """What the sweep needs of a Triton kernel.

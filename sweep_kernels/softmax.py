@@ -1,13 +1,19 @@
 """Row-wise softmax, memory-bound: an online max/sum pass over column tiles, then a
-normalising pass, so any BLOCK_N works for any row length."""
+normalising pass, so any BLOCK_N works for any row length. torch is imported where inputs
+are made (see matmul.py)."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 import triton
 import triton.language as tl
 
 from sweep_kernels import Config, Kernel, Problem
+from sweep_kernels.record import ELEMENT_BYTES
+
+if TYPE_CHECKING:
+    import torch
 
 
 @triton.jit
@@ -43,6 +49,8 @@ def softmax_kernel(
 
 
 def make_inputs(problem: Problem, device: str, seed: int) -> tuple[torch.Tensor, ...]:
+    import torch
+
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, problem["dtype"])
     x = torch.randn(problem["rows"], problem["cols"], generator=gen, device=device) * 4
@@ -50,14 +58,20 @@ def make_inputs(problem: Problem, device: str, seed: int) -> tuple[torch.Tensor,
 
 
 def reference(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tensor:
+    import torch
+
     return torch.softmax(inputs[0].float(), dim=-1)
 
 
 def baseline(inputs: tuple[torch.Tensor, ...], problem: Problem) -> torch.Tensor:
+    import torch
+
     return torch.softmax(inputs[0], dim=-1)  # at the input's precision, as the kernel
 
 
 def launch_args(inputs: tuple[torch.Tensor, ...], problem: Problem):
+    import torch
+
     (x,) = inputs
     y = torch.empty_like(x)
     return (x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0)), y
@@ -76,6 +90,5 @@ KERNEL = Kernel(
     baseline=baseline,
     launch_args=launch_args,
     grid=grid,
-    bytes_moved=lambda p: 2.0 * p["rows"] * p["cols"]
-    * torch.finfo(getattr(torch, p["dtype"])).bits / 8,
+    bytes_moved=lambda p: 2.0 * p["rows"] * p["cols"] * ELEMENT_BYTES[p["dtype"]],
 )

@@ -1,16 +1,22 @@
 """A stand-in kernel for tests of the compile pool's concurrency: its "compile" (the only
 thing the pool calls, fn.warmup) waits at a gate in a directory until another config's
-compile opens it. No Triton involved."""
+compile opens it; a "peer" compile takes at least PEER_S (a real compile's time, not a
+cache hit's), so a gated one outlasts its peers by construction. No Triton involved."""
 
 import time
 from pathlib import Path
 
 from sweep_kernels import Kernel
 
+PEER_S = 0.1
+
 
 class GatedCompile:
-    def warmup(self, *args, grid, GATE: str, ROLE: str) -> None:
+    def warmup(self, *args, grid, GATE: str, ROLE: str, **config) -> None:
         gate = Path(GATE)
+        if ROLE == "peer":
+            time.sleep(PEER_S)  # a duration, not a wait for anything
+            return
         if ROLE == "open":
             (gate / "open").touch()
             return

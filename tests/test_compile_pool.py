@@ -204,3 +204,115 @@ def test_the_compile_times_of_a_pool_nobody_takes_from_are_there_to_learn_a_limi
         assert time.monotonic() < deadline, "the compiles never ended"
         pool.wait(0.05)
     assert all(ms > 0 for ms in pool.finished_ms())
+
+
+def adaptive_gated_pool(fixed_s: float, adaptive: bool) -> CompilePool:
+    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(fixed_s),
+                       adaptive=adaptive)
+    wait_ready(pool)
+    return pool
+
+
+def run_peers_beside_a_gated_compile(pool: CompilePool, gate: Path) -> Compiled:
+    """A compile that waits at a gate nobody opens, begun first; then MIN_COMPILES peers
+    (each a real compile's time, see gated_kernel.PEER_S) on the other process."""
+    from actors.compile_limit import MIN_COMPILES
+
+    pool.submit(0, {"GATE": str(gate), "ROLE": "wait"})
+    for key in range(1, MIN_COMPILES + 1):
+        pool.submit(key, {"GATE": str(gate), "ROLE": "peer", "n": key})
+    peers = [result(pool, key) for key in range(1, MIN_COMPILES + 1)]
+    assert all(p.ok and p.compile_ms is not None and p.compile_ms >= 100 for p in peers), peers
+    return result(pool, 0)
+
+
+def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_running(
+        monkeypatch, tmp_path):
+    # The gated compile began before any limit was learnt, under a fixed one it would never
+    # reach (its gate gives up at 60 s); the pool learns FACTOR x its peers' p90 from
+    # their replies alone (no trial record, no driver) and stops it there.
+    from actors import compile_limit
+
+    tests_on_path(monkeypatch)
+    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)  # the rule runs in this process
+    pool = adaptive_gated_pool(120.0, adaptive=True)
+    try:
+        got = run_peers_beside_a_gated_compile(pool, tmp_path)
+    finally:
+        pool.close()
+    assert got.timed_out and not got.ok, got
+    assert pool.limit.p90_s is not None and pool.limit.fixed_s == 120.0
+    assert got.error == pool.limit.why()
+    assert got.error.startswith(f"compile took longer than {pool.limit.seconds:g} s, ")
+    assert "x this run's p90 compile of" in got.error
+    assert got.error.endswith("(run.compile_timeout_s: auto); sweep resume DIR --retry "
+                              "timeout gives it the full 120 s")
+    assert got.compile_ms is not None and got.compile_ms < 120_000
+
+
+def test_a_pool_without_the_adaptive_limit_keeps_the_fixed_one_as_a_retry_does(
+        monkeypatch, tmp_path):
+    # sweep resume --retry timeout sends compile_limit_auto False: the same peers teach
+    # nothing, and the gated compile is stopped by the fixed limit, saying so.
+    from actors import compile_limit
+
+    tests_on_path(monkeypatch)
+    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)
+    pool = adaptive_gated_pool(3.0, adaptive=False)
+    try:
+        got = run_peers_beside_a_gated_compile(pool, tmp_path)
+    finally:
+        pool.close()
+    assert got.timed_out, got
+    assert got.error == "compile took longer than 3 s (run.compile_timeout_s)"
+    assert pool.limit == CompileLimit(3.0)
+
+
+def test_a_limit_the_driver_sends_stops_a_compile_already_running_at_the_tighter_limit(
+        monkeypatch, tmp_path):
+    # A pool that has learnt nothing yet (no compile has ended) gets the driver's limit,
+    # learnt from other workers or an earlier session: the compile running since before
+    # stops at it.
+    tests_on_path(monkeypatch)
+    pool = adaptive_gated_pool(120.0, adaptive=True)
+    try:
+        pool.submit(0, {"GATE": str(tmp_path), "ROLE": "wait"})
+        while not (tmp_path / "waiting").exists():
+            pool.wait(0.05)
+        sent = CompileLimit(0.5, p90_s=0.05, fixed_s=120.0)
+        pool.set_limit(sent)
+        got = result(pool, 0)
+    finally:
+        pool.close()
+    assert got.timed_out and got.error == sent.why(), got
+
+
+@pytest.mark.parametrize("retry", [frozenset(), frozenset({"timeout"})])
+def test_a_new_runs_worker_pools_learn_the_limit_and_a_retrys_keep_the_fixed_one(
+        monkeypatch, retry):
+    # The settings every runtime hands its workers (local, Ray, and the early pool's)
+    # carry whether pools learn: run.compile_timeout_s auto does, `sweep resume --retry`
+    # does not (what a limit stopped gets the fixed limit).
+    from dataclasses import replace
+
+    from actors.protocol import WorkerSettings
+    from actors.worker import make_compiler
+    from sweep.run.assembly import _compile_limit, worker_settings
+    from sweep.spec import load_spec
+
+    spec = load_spec(Path(__file__).parent.parent / "configs" / "quickstart.yaml",
+                     import_kernel=False)
+    limit = _compile_limit(spec, None, retry)
+    assert worker_settings(spec, "cuda").compile_limit_auto
+    tests_on_path(monkeypatch)
+    settings = WorkerSettings(
+        backend="cuda", kernel="gated_kernel:KERNEL", problem={}, trial_timing=(1, 1),
+        finalist_timing=(1, 1), tolerance=None, seed=0, simulate={}, compile_workers=1)
+    pool = make_compiler(replace(settings, compile_timeout_s=limit.fixed_s,
+                                 compile_limit_auto=limit.adaptive))
+    assert isinstance(pool, CompilePool)
+    try:
+        assert pool._learner.adaptive == (not retry)
+        assert pool.limit == CompileLimit(spec.run.trial_timeout_s)
+    finally:
+        pool.close()

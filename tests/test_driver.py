@@ -316,20 +316,20 @@ def test_a_worker_that_waits_on_compiles_gets_the_compile_limit_before_it_is_rep
 
 
 def test_each_batch_carries_the_compile_limit_learnt_so_far():
-    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import FACTOR, MIN_COMPILES, AdaptiveLimit
 
     rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))  # every compile took 2 s
     driver, _, _ = make(2 * MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=4, depth=1),
                         workers=1, compile_limit=AdaptiveLimit(60.0, adaptive=True))
     assert driver.run() == "complete"
     assert rt.limits[0].seconds == 60.0 and rt.limits[0].p90_s is None
-    assert rt.limits[-1].seconds == 16.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
+    assert rt.limits[-1].seconds == FACTOR * 2.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
 
 
 def test_a_compile_limit_learnt_while_nothing_is_left_to_send_reaches_the_workers_at_once():
     # A search sends nothing while it waits on a batch's outcomes: a compile hanging since
     # before the limit was learnt must hear of it without a new batch.
-    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import FACTOR, MIN_COMPILES, AdaptiveLimit
 
     rt = FakeRuntime(trial=lambda *_: Ok(compile_ms=2000.0))
     driver, _, _ = make(MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=MIN_COMPILES,
@@ -337,7 +337,7 @@ def test_a_compile_limit_learnt_while_nothing_is_left_to_send_reaches_the_worker
                         workers=1, compile_limit=AdaptiveLimit(60.0, adaptive=True))
     assert driver.run() == "complete"
     assert [limit.seconds for limit in rt.limits] == [60.0]  # the one batch's
-    assert [(w, limit.seconds) for w, limit in rt.pushed] == [("w1", 16.0)]
+    assert [(w, limit.seconds) for w, limit in rt.pushed] == [("w1", FACTOR * 2.0)]
 
 
 def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
@@ -351,14 +351,14 @@ def test_the_run_hears_once_that_a_workers_compile_pool_is_up():
 def test_what_the_early_pool_compiled_teaches_the_compile_limit_once_the_pools_are_up():
     # Workers find the early pool's binaries in Triton's cache (compiles of ms): only the
     # early pool's own times can teach the limit, and they reach running compiles at once.
-    from sweep.search.scheduling import MIN_COMPILES, AdaptiveLimit
+    from sweep.search.scheduling import FACTOR, MIN_COMPILES, AdaptiveLimit
 
     limit = AdaptiveLimit(60.0, adaptive=True)
     rt = FakeRuntime(order=lambda trials: trials, trial=lambda *_: Ok(compile_ms=2.0))
     driver, _, _ = make(6, rt, limits=ANNOUNCED, workers=1, compile_limit=limit,
                         on_compilers_up=lambda: limit.observe_compiles([1500.0] * MIN_COMPILES))
     assert driver.run() == "complete"
-    assert [(w, round(lim.seconds, 1)) for w, lim in rt.pushed] == [("w1", 12.0)]
+    assert [(w, round(lim.seconds, 1)) for w, lim in rt.pushed] == [("w1", FACTOR * 1.5)]
 
 
 def test_a_death_whose_start_message_was_lost_still_makes_a_suspect_and_ends_crashed():

@@ -95,7 +95,7 @@ def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
     quick = Recorded("ok", "passed", 1.0, 1.0, 1.0, None, 0.01, 0.0)
     pool = ReplayCompiler({canonical_json({"c": "never"}): never,
                            canonical_json({"c": "quick"}): quick}, 2, CompileLimit(60))
-    pool.set_limit(CompileLimit(0.2, p90_s=0.02))
+    pool.set_limit(CompileLimit(0.2, p90_s=0.02, fixed_s=60.0))
     pool.submit(0, {"c": "never"})
     pool.submit(1, {"c": "quick"})
     got: dict[int, object] = {}
@@ -107,19 +107,22 @@ def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
             got[taken[0]] = taken[1]
     assert got[1].ok
     assert got[0].timed_out and not got[0].ok
-    assert "10x this run's p90 of 0.02 s" in got[0].error, got[0].error
+    assert got[0].error == (
+        "compile took longer than 0.2 s, 10x this run's p90 compile of 0.02 s "
+        "(run.compile_timeout_s: auto); sweep resume DIR --retry timeout gives it the full "
+        "60 s"), got[0].error
     assert got[0].compile_ms == pytest.approx(200, abs=100)
 
 
 def test_the_adaptive_limit_follows_the_runs_own_p90_within_floor_and_ceiling():
     limit = AdaptiveLimit(60.0, adaptive=True)
-    limit._add([1000.0] * (MIN_COMPILES - 1))
+    limit.observe_compiles([500.0] * (MIN_COMPILES - 1))
     assert limit.current == CompileLimit(60.0)  # too few compiles yet
-    limit._add([1000.0])
-    assert limit.current == CompileLimit(FLOOR_S, 1.0)  # 8 x 1 s is under the floor
-    limit._add([3000.0] * 300)  # the p90 is now 3 s
-    assert limit.current == CompileLimit(FACTOR * 3.0, 3.0)
-    limit._add([20_000.0] * 1000)  # 8 x 20 s is past the fixed limit: the fixed one holds
+    limit.observe_compiles([500.0])
+    assert limit.current == CompileLimit(FLOOR_S, 0.5, 60.0)  # 10 x 0.5 s is under the floor
+    limit.observe_compiles([3000.0] * 300)  # the p90 is now 3 s
+    assert limit.current == CompileLimit(FACTOR * 3.0, 3.0, 60.0)
+    limit.observe_compiles([20_000.0] * 1000)  # 10 x 20 s is past the fixed limit
     assert limit.current == CompileLimit(60.0)
     fixed = AdaptiveLimit(60.0, adaptive=False, seen=[("ok", 1000.0)] * 100)
     assert fixed.current == CompileLimit(60.0)
@@ -130,7 +133,7 @@ def test_the_adaptive_limit_follows_the_runs_own_p90_within_floor_and_ceiling():
     resumed.observe([TrialRecord.from_outcome(
         0, {}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=2000.0), device="d",
         node="n", worker="w", attempt=1, started_at=0.0, finished_at=1.0)])
-    assert resumed.current == CompileLimit(16.0, 2.0)
+    assert resumed.current == CompileLimit(FACTOR * 2.0, 2.0, 60.0)
 
 
 def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them():

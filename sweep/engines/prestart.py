@@ -94,7 +94,8 @@ class Prestart:
         pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
                            CompileLimit(settings.compile_timeout_s), settings.kernel_path,
                            devices=gpus, stderr=log, fixed=settings.fixed, unforked=False,
-                           problem_keys=settings.problem_keys)
+                           problem_keys=settings.problem_keys,
+                           adaptive=settings.compile_limit_auto)
         for index, config in first[:EARLY_PER_PROCESS * size]:
             pool.submit(index, config)
         return cls(launchers, processes, pool, directory, log)

@@ -86,6 +86,7 @@ def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
         worker_settings(spec, backend),
         compile_workers=placement.compile_workers,
         compile_timeout_s=compile_limit.fixed_s if compile_limit else spec.run.compile_limit_s,
+        compile_limit_auto=compile_limit.adaptive if compile_limit else False,
         prestarted=prestarted)
     # Replayed workers share a directory that stands in for Triton's on-disk cache.
     replay_cache = tempfile.mkdtemp(prefix="sweep-replay-") if backend == "replay" else None
@@ -201,6 +202,7 @@ def worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         simulate={k: v for k, v in vars(spec.simulate).items()
                   if k not in ("workers", "devices", "resources")},
         compile_timeout_s=spec.run.compile_limit_s,
+        compile_limit_auto=spec.run.compile_timeout_s == "auto",
         kernel_path=str(Path.cwd()),
         replay={"table": spec.replay.table, "time_scale": spec.replay.time_scale},
         run=spec.fingerprint, fixed=dict(spec.fixed), problem_keys=spec.problem_keys)

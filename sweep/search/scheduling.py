@@ -9,25 +9,14 @@ best), so the limit comes from the run's own compile times rather than one fixed
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
+from actors.compile_limit import CACHE_HIT_MS, FACTOR, FLOOR_S, MIN_COMPILES, Learner
 from actors.protocol import CompileLimit, compile_weight
 from storage.records import TrialRecord
 from sweep.spec.space import Space
 
-# Adaptive limit: once MIN_COMPILES compiles have ended, a compile may take FACTOR times
-# the run's p90, but never less than FLOOR_S nor more than the fixed limit. A "compile" of
-# under CACHE_HIT_MS found its binary in Triton's cache (or failed at once): it says
-# nothing of how long compiling takes, and a run whose first configs were compiled before
-# Ray was up (prestart.py) has many of them.
-MIN_COMPILES = 30
-FACTOR = 8.0
-FLOOR_S = 10.0
-CACHE_HIT_MS = 50.0
 # 0.2 s to order on the 2-core machine; a GPU space is rarely larger.
 MAX_ORDERED = 100_000
 
@@ -66,17 +55,27 @@ def compile_order(space: Space, todo: Iterable[int]) -> list[int]:
 
 class AdaptiveLimit:
     """The compile limit a run sends its workers: `fixed_s` until enough compiles have
-    ended, then FACTOR x their p90 within [FLOOR_S, fixed_s]; just `fixed_s` when
-    adaptive is off."""
+    ended, then the rule of actors/compile_limit.py over every worker's compiles and an
+    earlier session's; just `fixed_s` when adaptive is off (a retry's). Each pool also
+    applies the rule to its own compiles as they end, before any record comes."""
 
     def __init__(self, fixed_s: float, adaptive: bool,
                  seen: Iterable[tuple[str, float | None]] = ()) -> None:
         """seen: (status, compile_ms) of trials an earlier session recorded."""
-        self.fixed_s = fixed_s
-        self.adaptive = adaptive
-        self._ms: list[float] = []
-        self.current = CompileLimit(fixed_s)
+        self._learner = Learner(fixed_s, adaptive)
         self._observe(seen)
+
+    @property
+    def fixed_s(self) -> float:
+        return self._learner.fixed_s
+
+    @property
+    def adaptive(self) -> bool:
+        return self._learner.adaptive
+
+    @property
+    def current(self) -> CompileLimit:
+        return self._learner.current
 
     def observe_compiles(self, ms: Iterable[float]) -> None:
         """Compile times measured outside any trial (the early pool's, prestart.py)."""
@@ -86,17 +85,9 @@ class AdaptiveLimit:
         self._observe([(r.status, r.compile_ms) for r in records])
 
     def _observe(self, seen: Iterable[tuple[str, float | None]]) -> None:
-        if self.adaptive:
-            # A compile stopped by a limit says only that it took longer: not a sample.
-            self._add(ms for status, ms in seen if status != "timeout")
+        # A compile stopped by a limit says only that it took longer: not a sample.
+        self._learner.add(ms for status, ms in seen if status != "timeout")
 
-    def _add(self, ms: Iterable[float | None]) -> None:
-        before = len(self._ms)
-        self._ms.extend(m for m in ms if m is not None and math.isfinite(m)
-                        and m >= CACHE_HIT_MS)
-        if not self.adaptive or len(self._ms) < MIN_COMPILES or len(self._ms) == before:
-            return
-        p90 = float(np.percentile(self._ms, 90)) / 1e3
-        seconds = min(self.fixed_s, max(FLOOR_S, FACTOR * p90))
-        self.current = CompileLimit(seconds, p90) if seconds < self.fixed_s \
-            else CompileLimit(self.fixed_s)
+
+__all__ = ["CACHE_HIT_MS", "FACTOR", "FLOOR_S", "MIN_COMPILES", "AdaptiveLimit",
+           "compile_order"]

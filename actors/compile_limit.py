@@ -1,0 +1,75 @@
+"""The adaptive compile limit's rule, in one place: how long a compile may take, learnt from
+the compiles that have ended. Both sides apply it: each compile pool to its own compiles as
+each ends (so the limit acts from a run's first compiles, on compiles already running, in
+every runtime, with no trial record needed), and the driver to every worker's records and
+an earlier session's (sweep/search/scheduling.py), which it sends to the workers.
+
+A compile far beyond the run's others is rarely worth waiting for: on an H200 the
+neighbours of configs that never finished compiling ran 8-18x slower than the best
+(GPU-NOTES), and a few such compiles at a sweep's tail held it for a minute each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from actors.protocol import CompileLimit
+
+# Once MIN_COMPILES compiles have ended, a compile may take FACTOR times their p90, but
+# never less than FLOOR_S (a cold cache's or a slow machine's first compiles are no
+# reason to stop a config) nor more than the fixed limit. A "compile" of under
+# CACHE_HIT_MS found its binary in Triton's cache (or failed at once): it says nothing of
+# how long compiling takes.
+MIN_COMPILES = 8
+FACTOR = 10.0
+FLOOR_S = 10.0
+CACHE_HIT_MS = 50.0
+
+
+def learnt(fixed_s: float, samples_ms: list[float]) -> CompileLimit:
+    """The limit that samples_ms (compile times that say something) give: the fixed one
+    until there are MIN_COMPILES of them, or where the rule would not go below it."""
+    if len(samples_ms) < MIN_COMPILES:
+        return CompileLimit(fixed_s)
+    ordered = sorted(samples_ms)
+    p90 = _percentile(ordered, 0.9) / 1e3
+    seconds = min(fixed_s, max(FLOOR_S, FACTOR * p90))
+    if seconds >= fixed_s:
+        return CompileLimit(fixed_s)
+    return CompileLimit(round(seconds, 1), p90, fixed_s)
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+class Learner:
+    """Compile times as they come, and the limit they give (see learnt)."""
+
+    def __init__(self, fixed_s: float, adaptive: bool) -> None:
+        self.fixed_s = fixed_s
+        self.adaptive = adaptive
+        self._ms: list[float] = []
+        self.current = CompileLimit(fixed_s)
+
+    def add(self, ms: Iterable[float | None]) -> bool:
+        """Take compile times that ended (not ones a limit stopped); True if the limit
+        changed."""
+        before = len(self._ms)
+        self._ms.extend(m for m in ms if m is not None and math.isfinite(m)
+                        and m >= CACHE_HIT_MS)
+        if not self.adaptive or len(self._ms) == before:
+            return False
+        now = learnt(self.fixed_s, self._ms)
+        changed, self.current = now != self.current, now
+        return changed
+
+
+def tighter(a: CompileLimit, b: CompileLimit) -> CompileLimit:
+    """The limit that stops a compile first (the driver's and a pool's own)."""
+    return a if a.seconds <= b.seconds else b
