@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from storage.records import TrialRecord
-from sweep.search.scheduling import MIN_COMPILES
 from sweep.spec.search_options import SearchOptions
 from sweep.spec.space import Space
 
@@ -30,7 +29,9 @@ LAG = 1  # batches in flight while the next is decided (see the module's docstri
 POOL = 5_000  # candidates a guided search scores per batch, at most (and neighbours)
 ENSEMBLE = 8  # bootstrap fits whose spread is the model's uncertainty
 RIDGE = 1.0  # the fits' L2 penalty, per feature
-INITIAL = 2 * MIN_COMPILES  # configs sampled before the model guides
+# Configs sampled before the model guides: a spread sample the model can learn from (it
+# was once tied to the compile limit's sample count, which has since dropped to 8).
+INITIAL = 60
 MAX_PAIR_VALUES = 256  # value combinations of a pair of parameters the model learns, at most
 DEFAULT_BUDGET = SearchOptions().budget  # guided's, for a space too small to search
 
