@@ -40,7 +40,7 @@ EXAMPLES = """examples:
 
 Exit codes: 0 done (or stopped by --max-trials / --time-budget), 1 internal failure,
 2 bad input, 3 no config succeeded, 130/143 stopped by SIGINT/SIGTERM (resumable);
-sweep capture: the program's own (2 for its own bad input)."""
+sweep capture, sweep exec: the program's own (2 for their own bad input)."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -170,3 +170,22 @@ def test_a_capture_compares_outputs_at_their_own_scale_a_torch_reference_absolut
     plain = Kernel(name="k", fn=None, problem_defaults={}, make_inputs=None, reference=None,
                    launch_args=None, grid=None)
     assert plain.atol_scale(big) == 1.0
+
+
+def test_a_launch_finds_its_config_by_its_values_whatever_its_place_in_the_list():
+    """One lookup per launch (it runs inside the timed region of short kernels): every
+    config of the list is found from the launch's keywords, Triton's defaults filled in
+    where a spec's config leaves them out, and a config not in the list is none."""
+    import triton
+
+    from sweep_kernels.captured import _Launcher
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=1)
+               for b in (16, 32, 64) for w in (1, 2)]
+    tuner = type("Tuner", (), {"configs": configs})()
+    launcher = _Launcher(tuner)
+    for config in configs:
+        keywords = {"x_ptr": object(), "n": 7, "BLOCK": config.kwargs["BLOCK"],
+                    "num_warps": config.num_warps, "num_stages": 1}
+        assert launcher._config(keywords) is config
+    assert launcher._config({"BLOCK": 128, "num_warps": 1, "num_stages": 1}) is None
