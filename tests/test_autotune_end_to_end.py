@@ -110,3 +110,27 @@ def test_use_fills_each_tuner_with_the_runs_best_for_each_key(tuned):
         key = repr(tuple(calls[(kernel, label)].key))
         got = picked[kernel.partition(":")[2]][key]
         assert got == {k: v for k, v in best.items() if k not in ("num_ctas", "maxnreg")}
+
+
+def test_a_captures_run_stops_resumes_reports_and_answers_as_any_run(tuned):
+    """What holds for a run holds here: a run cut short by --max-trials resumes to each
+    config once; the report, `sweep best` and the dispatch module read it; the same spec
+    run again is answered from the best-config cache, per problem."""
+    home, env = tuned["home"], {**_env(), "SWEEP_CACHE_DIR": str(tuned["home"] / "cache2")}
+    spec, run = tuned["cap"] / "spec.yaml", home / "cut"
+    first = sweep_proc("run", spec, "--out", run, "--max-trials", "5", cwd=home, env=env,
+                       timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert len(pq.read_table(run / "trials.parquet")) == 5
+    resumed = sweep_proc("resume", run, cwd=home, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = pq.read_table(run / "trials.parquet").to_pylist()
+    assert [r["index"] for r in rows] == list(range(12))
+    assert sweep_proc("report", run, cwd=home, env=env).returncode == 0
+    module = home / "tuned_app.py"
+    best = sweep_proc("best", run, "--python", module, cwd=home, env=env)
+    assert best.returncode == 0, best.stderr
+    assert "gather_rows" in module.read_text()
+    again = sweep_proc("run", spec, "--out", home / "again", cwd=home, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "cached" in again.stdout + again.stderr
