@@ -171,6 +171,8 @@ def read_capture(directory: Path) -> Capture:
     except FileNotFoundError:
         raise CaptureError(path, "not found: expected a folder written by `sweep capture`") \
             from None
+    except ReadBackError as e:  # not JSON, not a regular file, too large
+        raise CaptureError(path, e.why) from None
     return _Checker(path).capture(doc)
 
 

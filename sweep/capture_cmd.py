@@ -21,6 +21,7 @@ from typing import Any
 
 from storage.capture import DEFAULT_MAX_BYTES, Capture, CaptureError
 from sweep import EXIT_BAD_INPUT, EXIT_FAILED
+from sweep.autotune.boot import python_path
 from sweep.autotune.capture import (
     ENV_CAPTURE,
     ENV_MAX_BYTES,
@@ -32,7 +33,6 @@ from sweep.autotune.capture import (
 )
 from sweep.console import Output
 
-BOOT = Path(__file__).resolve().parent / "autotune" / "boot"
 USAGE = "sweep capture --out DIR -- PROGRAM ARGS..."
 
 
@@ -134,11 +134,7 @@ def _child_env(directory: Path, no_tune: bool, save_floats: bool,
     """The program's environment: the boot folder first on its path, this project last
     (where no install puts it on the child's own path), the capture's variables."""
     env = dict(os.environ)
-    path = [str(BOOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    root = BOOT.parents[2]
-    if root.name not in ("site-packages", "dist-packages") and str(root) not in path:
-        path.append(str(root))
-    env["PYTHONPATH"] = os.pathsep.join(path)
+    env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
     env[ENV_CAPTURE] = str(directory)
     env[ENV_MAX_BYTES] = str(max_bytes)
     for name, on in ((ENV_NO_TUNE, no_tune), (ENV_SAVE_FLOATS, save_floats)):

@@ -13,18 +13,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from sweep.autotune.boot import python_path
 from sweep.spec import SpecError
 
 PASSED_ON = (signal.SIGTERM, signal.SIGHUP)
-
-
-def boot_folder() -> Path:
-    """The folder whose sitecustomize.py loads the run as the program's Python starts."""
-    return Path(__file__).resolve().parent / "autotune" / "boot"
 
 
 def program_environment(run_dir: Path, nearest: bool,
@@ -32,8 +29,7 @@ def program_environment(run_dir: Path, nearest: bool,
     """The program's environment: this one, with the boot folder first on PYTHONPATH and
     the run named (SWEEP_AUTOTUNE_NEAREST only where asked: one set outside is dropped)."""
     env = dict(os.environ if base is None else base)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([str(boot_folder()), *paths])
+    env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
     env["SWEEP_AUTOTUNE_USE"] = str(run_dir.resolve())
     env.pop("SWEEP_AUTOTUNE_NEAREST", None)
     if nearest:
@@ -48,11 +44,16 @@ def exec_program(run_dir: Path, program: Sequence[str] | None, nearest: bool) ->
     if not program:
         raise SpecError("sweep exec: expected the program after --: sweep exec RUN_DIR -- "
                         "python my_program.py ARGS")
-    load(run_dir)  # the refusals the program would meet as it starts, said once here
-    return _run(list(program), program_environment(run_dir, nearest))
+    loaded = load(run_dir)  # the refusals the program would meet as it starts, said here
+    kernels = len(loaded.table)
+    said = (f"sweep exec: {loaded.keys} tuned key{'s' * (loaded.keys != 1)} of {kernels} "
+            f"kernel{'s' * (kernels != 1)} from {run_dir}"
+            f"{' (a partial run)' if loaded.partial else ''}; any other key is "
+            f"{'given the nearest tuned one' if nearest else 'left to Triton'}\n")
+    return _run(list(program), program_environment(run_dir, nearest), said)
 
 
-def _run(program: list[str], env: dict[str, str]) -> int:
+def _run(program: list[str], env: dict[str, str], said: str = "") -> int:
     """The program's exit code, the signals meant for this command passed to it meanwhile
     (one that comes while it starts, once it has). SIGINT is ignored while it runs: the
     terminal sends it to the program as well (and ignored before it starts, the program
@@ -73,6 +74,7 @@ def _run(program: list[str], env: dict[str, str]) -> int:
         except OSError as e:
             raise SpecError(f"sweep exec: {program[0]}: cannot run it "
                             f"({e.strerror or type(e).__name__})") from None
+        sys.stderr.write(said)  # once the program runs: what it runs with
         before[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
         for signum in pending:
             child.send_signal(signum)

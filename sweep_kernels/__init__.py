@@ -18,6 +18,7 @@ import sys
 import traceback
 
 # The record's own module (a capture's record extends it); re-exported here, its home.
+from sweep_kernels.record import CAPTURE as CAPTURE
 from sweep_kernels.record import Config as Config
 from sweep_kernels.record import Kernel as Kernel
 from sweep_kernels.record import Problem as Problem
@@ -34,7 +35,6 @@ class KernelError(ValueError):
     """The kernel name does not resolve to a Kernel."""
 
 
-CAPTURE = "capture:"  # a kernel named "capture:PATH" is the capture in PATH (sweep capture)
 
 
 def capture_path(name: str) -> str | None:

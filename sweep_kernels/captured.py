@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.capture import Arg, Call, Capture, config_form, read_blob, read_capture
-from sweep_kernels.record import Kernel, Problem
-
-PREFIX = "capture:"
+from sweep_kernels.record import CAPTURE, Kernel, Problem
 
 
 def _torch_dtype(name: str) -> Any:
@@ -196,7 +194,7 @@ def program(path: str) -> CapturedKernel:
 
     first = capture.calls[0] if capture.calls else None
     kernel = CapturedKernel(
-        name=f"{PREFIX}{where}", fn=None,
+        name=f"{CAPTURE}{where}", fn=None,
         problem_defaults={"kernel": first.kernel if first else "",
                           "key": first.label if first else ""},
         make_inputs=make_inputs, reference=reference,
@@ -209,7 +207,7 @@ def source_files(kernel: Kernel) -> dict[str, str]:
     """A capture's files: capture.json and each captured kernel's module file, found
     without running the module (a kernel that cannot be imported fails its own trials,
     not the sweep's other kernels)."""
-    capture_file = os.path.abspath(kernel.name[len(PREFIX):])
+    capture_file = os.path.abspath(kernel.name[len(CAPTURE):])
     out = {capture_file: _digest(capture_file)}
     assert isinstance(kernel, CapturedKernel)
     for call in kernel.capture.calls:

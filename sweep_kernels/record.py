@@ -7,6 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# A kernel named "capture:PATH" is the capture in PATH (`sweep capture`).
+CAPTURE = "capture:"
+
 Problem = Mapping[str, Any]
 Config = Mapping[str, Any]
 

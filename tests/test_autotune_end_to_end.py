@@ -93,6 +93,7 @@ def test_the_program_run_by_sweep_exec_launches_the_tuned_configs_without_tuning
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("checksum ")
+    assert "sweep exec: 4 tuned keys of 2 kernels from " in done.stderr
     # The same program without the run reaches Triton's benchmarker, which raises here.
     plain = subprocess.run([sys.executable, "autotuned_app.py"], cwd=tuned["app"],
                            env=_env(), capture_output=True, text=True, timeout=300)
@@ -134,3 +135,22 @@ def test_a_captures_run_stops_resumes_reports_and_answers_as_any_run(tuned):
     again = sweep_proc("run", spec, "--out", home / "again", cwd=home, env=env)
     assert again.returncode == 0, again.stderr
     assert "cached" in again.stdout + again.stderr
+
+
+def test_a_run_of_one_problem_of_the_capture_is_loaded(tuned):
+    """A spec cut to one problem (best.json then has no by_problem): its key is loaded."""
+    import yaml
+
+    home = tuned["home"]
+    doc = yaml.safe_load((tuned["cap"] / "spec.yaml").read_text())
+    doc["problems"] = doc["problems"][2:3]
+    spec = tuned["cap"] / "one.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    env = {**_env(), "SWEEP_CACHE_DIR": str(home / "cache3")}
+    ran = sweep_proc("run", spec, "--out", home / "one", cwd=home, env=env, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    done = subprocess.run([sys.executable, "-c", "import sys, sweep.autotune; "
+                           "print(sweep.autotune.use(sys.argv[1]).keys)", str(home / "one")],
+                          cwd=tuned["app"], env=_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]

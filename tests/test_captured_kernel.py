@@ -189,3 +189,13 @@ def test_a_launch_finds_its_config_by_its_values_whatever_its_place_in_the_list(
                     "num_warps": config.num_warps, "num_stages": 1}
         assert launcher._config(keywords) is config
     assert launcher._config({"BLOCK": 128, "num_warps": 1, "num_stages": 1}) is None
+
+
+def test_a_capture_that_is_not_json_is_one_line_and_exit_2(tmp_path):
+    capture = tmp_path / "cap"
+    capture.mkdir()
+    spec = _spec(capture, [_call(capture, "hand_kernels:gather2", 40, 1)])
+    (capture / "capture.json").write_text('{"format": 1, "calls": [')
+    done = sweep_proc("run", spec, "--out", tmp_path / "run", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "capture.json" in done.stderr

@@ -40,6 +40,7 @@ from storage.capture import (
     save_blob,
     write_capture,
 )
+from sweep_kernels import CAPTURE
 
 SPEC = "spec.yaml"
 LOCK = ".capture.lock"  # held by the one process of a program that captures
@@ -302,7 +303,7 @@ def spec_text(directory: Path, capture: Capture) -> str:
     bf16 = any(a.tensor is not None and a.tensor.dtype == "bfloat16" and a.name in c.outputs
                for c in capture.calls for a in c.args)
     tolerance = 0.02 if bf16 else 0.01
-    doc = {"name": spec_name(capture.program), "kernel": f"capture:{FILE}",
+    doc = {"name": spec_name(capture.program), "kernel": f"{CAPTURE}{FILE}",
            "validation": {"rtol": tolerance, "atol": tolerance},
            "problems": [{"kernel": c.kernel, "key": c.label,
                          "configs": [config.as_spec() for config in c.configs]}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.cache import distance, sizes_apart
-from storage.capture import Capture, CaptureError, read_capture
+from storage.capture import CaptureError, read_capture
 from sweep import EXIT_BAD_INPUT
 from sweep.autotune.hook import (
     Proceed,
@@ -30,8 +30,8 @@ from sweep.autotune.hook import (
     uninstall,
 )
 from sweep.spec import SpecError
+from sweep_kernels import CAPTURE
 
-CAPTURE = "capture:"  # how a capture's spec names its kernel (issue 35's contract)
 # What a Triton tuning key is and what a tuned config is, as the table holds them.
 Key = tuple[Any, ...]
 Config = Mapping[str, Any]
@@ -83,14 +83,15 @@ def load(run_dir: str | os.PathLike[str]) -> Loaded:
                        f"{path}: no such run directory")
     run = RunDir(path)
     doc = run_best(path)  # run.json first: a folder that is no run is said so
-    capture_file = _capture_of(run.spec)
+    spec_doc = _spec_doc(run.spec)
+    capture_file = _capture_of(run.spec, spec_doc)
     try:
         capture = read_capture(capture_file)
     except CaptureError as e:
         raise UseError(f"{e} (named by {run.spec})") from None
     table: dict[str, dict[Key, Config]] = {}
     labels: dict[str, dict[Key, str]] = {}
-    for problem in _problems(doc, capture):
+    for problem in _problems(doc, spec_doc):
         kernel, label = problem["problem"].get("kernel"), problem["problem"].get("key")
         config = _config_here(problem)
         if config is None:  # no config of this key succeeded: Triton's own autotune
@@ -137,12 +138,15 @@ def use_from_environment() -> Loaded | None:
         os._exit(EXIT_BAD_INPUT)
 
 
-def _capture_of(spec: Path) -> Path:
-    """The capture.json the run's spec names (`kernel: capture:PATH`, relative to the
-    spec where it is not absolute)."""
+def _spec_doc(spec: Path) -> Any:
     from sweep.spec.yaml_loader import parse_yaml, read_spec_text
 
-    doc = parse_yaml(spec, read_spec_text(spec))
+    return parse_yaml(spec, read_spec_text(spec))
+
+
+def _capture_of(spec: Path, doc: Any) -> Path:
+    """The capture.json the run's spec names (`kernel: capture:PATH`, relative to the
+    spec where it is not absolute)."""
     kernel = doc.get("kernel") if isinstance(doc, dict) else None
     if not isinstance(kernel, str) or not kernel.startswith(CAPTURE) or \
             not kernel[len(CAPTURE):]:
@@ -152,15 +156,18 @@ def _capture_of(spec: Path) -> Path:
     return spec.parent / kernel[len(CAPTURE):]
 
 
-def _problems(doc: Mapping[str, Any], capture: Capture) -> list[dict[str, Any]]:
-    """best.json's problems; a run of one problem has its best at the head only (then it
-    is the capture's one call)."""
+def _problems(doc: Mapping[str, Any], spec: Any) -> list[dict[str, Any]]:
+    """best.json's problems; a run of one problem has its best at the head only, and its
+    problem is the one its spec names (`problem:`, or `problems:` of one)."""
     if doc.get("by_problem"):
         return list(doc["by_problem"])
-    if len(capture.calls) == 1 and doc["config"] is not None:
-        call = capture.calls[0]
-        return [{**doc, "problem": {"kernel": call.kernel, "key": call.label}}]
-    return []
+    if doc["config"] is None or not isinstance(spec, dict):
+        return []
+    entries = spec.get("problems")
+    one = entries[0] if isinstance(entries, list) and len(entries) == 1 else spec.get("problem")
+    if not isinstance(one, dict):
+        return []
+    return [{**doc, "problem": {"kernel": one.get("kernel"), "key": one.get("key")}}]
 
 
 def _config_here(problem: Mapping[str, Any]) -> Config | None:
@@ -223,14 +230,20 @@ class _Filler:
         if not tuned:
             return {}
         forms = {config_form(c): c for c in tuner.configs}
-        live = {key: forms[form] for key, config in tuned.items()
-                if (form := config_form(config)) in forms}
+        # The kernel's own config where the tuned one is in its list (its pre_hook kept);
+        # one the spec added (configs: edited, a space:) is made as triton.autotune would.
+        live = {key: forms.get(config_form(config)) or _made(config)
+                for key, config in tuned.items()}
         tuner.cache.update(live)
-        if len(live) < len(tuned):
-            sys.stderr.write(f"warning: sweep.autotune.use: {name}: its configs list changed "
-                             f"since the capture; {len(tuned) - len(live)} of its "
-                             f"{len(tuned)} tuned keys are left to Triton's autotune\n")
         return live
+
+
+def _made(config: Config) -> Any:
+    from triton import Config as TritonConfig
+
+    options = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    return TritonConfig({k: v for k, v in config.items() if k not in options},
+                        **{k: config[k] for k in options if k in config})
 
 
 _current: _Filler | None = None
