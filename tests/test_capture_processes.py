@@ -46,3 +46,19 @@ def test_ranks_at_once_leave_one_whole_capture_of_each_key(tmp_path):
     calls = read_capture(cap).calls
     assert [c.label for c in calls] == ["N=32; float32"]
     assert (cap / "spec.yaml").exists()
+
+
+def test_the_python_capture_refuses_an_earlier_capture_unless_forced(tmp_path):
+    import pytest
+
+    import sweep.autotune
+    from storage.capture import Capture, write_capture
+
+    write_capture(tmp_path, Capture(program=("python", "old.py"), calls=(), exit_code=0))
+    with pytest.raises(ValueError, match="holds an earlier capture"):
+        with sweep.autotune.capture(tmp_path):
+            pass
+    assert read_capture(tmp_path).program == ("python", "old.py")  # untouched
+    with sweep.autotune.capture(tmp_path, force=True):
+        pass
+    assert read_capture(tmp_path).program != ("python", "old.py")

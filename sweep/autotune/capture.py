@@ -345,10 +345,10 @@ def folder_holds(directory: Path) -> tuple[str, list[str]]:
 
 @contextlib.contextmanager
 def capture(out_dir: str | os.PathLike[str], *, no_tune: bool = False,
-            save_floats: bool = False,
-            max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Recorder]:
+            save_floats: bool = False, max_bytes: int = DEFAULT_MAX_BYTES,
+            force: bool = False) -> Iterator[Recorder]:
     """Capture the calls into autotuned kernels made inside the block, into out_dir (new,
-    empty, or an earlier capture, which is replaced). A folder holding anything else is
+    empty, or with force an earlier capture, which is replaced). Anything else there is
     refused (ValueError), nothing in it touched."""
     directory = Path(out_dir)
     held, names = folder_holds(directory)
@@ -357,6 +357,9 @@ def capture(out_dir: str | os.PathLike[str], *, no_tune: bool = False,
                                         else "")
         raise ValueError(f"{directory}: not empty and not a capture (it holds {shown}); "
                          "capture into a new or empty folder")
+    if held == "capture" and not force:
+        raise ValueError(f"{directory}: holds an earlier capture; capture into a new folder, "
+                         "or pass force=True to replace it")
     if held == "capture":  # replaced: what it held would mix with this one's
         for name in (SPEC, FILE):
             (directory / name).unlink(missing_ok=True)
