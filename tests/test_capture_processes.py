@@ -55,9 +55,9 @@ def test_the_python_capture_refuses_an_earlier_capture_unless_forced(tmp_path):
     from storage.capture import Capture, write_capture
 
     write_capture(tmp_path, Capture(program=("python", "old.py"), calls=(), exit_code=0))
-    with pytest.raises(ValueError, match="holds an earlier capture"):
-        with sweep.autotune.capture(tmp_path):
-            pass
+    with pytest.raises(ValueError, match="holds an earlier capture"), \
+            sweep.autotune.capture(tmp_path):
+        pass
     assert read_capture(tmp_path).program == ("python", "old.py")  # untouched
     with sweep.autotune.capture(tmp_path, force=True):
         pass
