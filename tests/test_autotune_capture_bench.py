@@ -14,10 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.autotune_capture_keys import per_key, program_lines, steady_pairs, triton_picks
 from sweep.autotune.hook import config_form
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks/ is the checkout's, not an installed package
+from benchmarks.autotune_capture_keys import (  # noqa: E402
+    per_key,
+    program_lines,
+    steady_pairs,
+    triton_picks,
+)
 
 
 def test_triton_picks_and_program_lines_are_read_from_a_real_autotuned_program() -> None:
