@@ -80,6 +80,15 @@ class _Pending:
     configs: tuple[Any, ...]
 
 
+def _autotuning_knobs() -> Any:
+    """Triton's autotuning knobs (None in a Triton without them)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return getattr(knobs, "autotuning", None)
+
+
 class Recorder:
     """The listener (hook.Listener): one Call per (kernel, key), written as it comes."""
 
@@ -248,6 +257,11 @@ class Recorder:
 
         cache_results = tuner.cache_results
         own["do_bench"], tuner.cache_results = first_only, False
+        # Nor does Triton say it tuned (TRITON_PRINT_AUTOTUNING): it did not.
+        knobs = _autotuning_knobs()
+        printing = getattr(knobs, "print", None)
+        if printing:
+            knobs.print = False
         try:
             yield
         finally:
@@ -255,6 +269,8 @@ class Recorder:
             if had:
                 own["do_bench"] = previous
             tuner.cache_results = cache_results
+            if printing:
+                knobs.print = printing
 
     def _write(self) -> None:
         capture = self.capture
