@@ -57,6 +57,7 @@ from benchmarks.autotune_capture_keys import (  # noqa: E402
     steady_pairs,
     triton_picks,
 )
+from benchmarks.third_party import commit  # noqa: E402
 from benchmarks.third_party_command import Log, run_command  # noqa: E402
 
 TARGET_OURS_S = 60.0
@@ -291,17 +292,6 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "absent"
     return out
-
-
-def commit(given: str | None) -> str:
-    if given:
-        return given
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return head.stdout.strip() if head.returncode == 0 else "unknown (pass --commit)"
 
 
 # -- the command line -----------------------------------------------------------------------
