@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
-from actors import child
+from actors import child, trace
 from actors.compile_limit import Learner, tighter
 from actors.protocol import CompileLimit
 
@@ -309,8 +309,10 @@ class CompilePool:
         """Hand queued configs to idle processes; take every reply that has arrived."""
         for i, p in enumerate(self._procs):
             if p is not None and p.ready and p.task is None and (self._queue or self._hints):
+                hinted = not self._queue
                 task = self._queue.popleft() if self._queue else self._next_hint()
                 p.task, p.since = task, time.monotonic()
+                trace.note("compile_sent", key=task[0], slot=i, hint=hinted)
                 try:
                     p.child.requests.send(p.task)
                 except OSError:  # it died while idle: the task was never its fault
@@ -333,11 +335,13 @@ class CompilePool:
                     continue
                 if key == "ready":
                     p.ready, self._failed_starts = True, 0
+                    trace.note("compile_process_up", slot=i)
                 elif key == "failed":
                     self._failed_start(i, error)
                 else:
                     self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
                     p.task = None
+                    trace.note("compile_done", key=key, ms=ms, ok=error is None)
                     if self._learner.add([ms]):
                         self.limit = tighter(self._given, self._learner.current)
             elif not p.ready and not p.forked and time.monotonic() - p.since > START_LIMIT_S:
@@ -410,6 +414,7 @@ class CompilePool:
         assert p is not None
         if p.task is not None:
             key = p.task[0]
+            trace.note("compile_killed", key=key, why=why)
             if not timed_out and key not in self._retried:
                 # A death may not be this config's doing (the process may have died
                 # before reading it): one more try before the config takes the blame.

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors import trace
 from actors.backends import traits
 from actors.child import error_line
 from actors.compile_pool import Compiled, Compiler
@@ -323,6 +324,7 @@ class TrialWorker:
             held.out.put(TrialStarted(index, self._began, compiled is not None))
         self._began += 1
         started = time.time()
+        trace.note("trial", key=index, ahead=compiled is not None)
         with self._device:
             outcome = self.backend.run_trial(config, compiled)
         if self.problem_keys:  # the row's columns hold the problem; its config, the kernel's

@@ -13,7 +13,8 @@ call and in this order:
 For each run: the timeline (snapshot.json, seconds since launch), counts, deaths
 (attempts.jsonl), the report's busy share per worker (`sweep report`'s own figure), the
 pick against the best one-pass latency of the table (per problem), and the run directory's
-files copied under OUT/runs/NAME for a closer look.
+main files copied to OUT/NAME.FILE and an event trace (actors/trace.py) in
+OUT/NAME.trace.jsonl, for a closer look.
 
 Usage (on the GPU machine): python3 benchmarks/heavy_compiles.py --out DIR [--only NAMES]
     [--commit SHA] [--rounds 7]
@@ -68,7 +69,8 @@ def run(name: str, spec: Path, tmp: Path, cache: Path, out: Path,
     directory says."""
     run_dir = tmp / name
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1",
-           "SWEEP_CACHE_DIR": str(tmp / f"best-{name}"), **(env_extra or {})}
+           "SWEEP_CACHE_DIR": str(tmp / f"best-{name}"),
+           "SWEEP_TRACE": str(out / f"{name}.trace.jsonl"), **(env_extra or {})}
     launched = time.time()
     proc = subprocess.run([sys.executable, "-m", "sweep", "run", str(spec), "--out",
                            str(run_dir), "--force"], cwd=spec.parent, env=env,
@@ -80,7 +82,9 @@ def run(name: str, spec: Path, tmp: Path, cache: Path, out: Path,
     if (run_dir / "snapshot.json").exists():
         entry.update(read_run(run_dir, launched))
         entry["phases_s"]["exit"] = exited - launched
-        shutil.copytree(run_dir, out / "runs" / name, dirs_exist_ok=True)
+        for kept in ("trials.parquet", "snapshot.json", "best.json", "workers.log"):
+            if (run_dir / kept).exists():  # flat: the device tool returns no deep folders
+                shutil.copy(run_dir / kept, out / f"{name}.{kept}")
     entry["stderr_tail"] = proc.stderr[-3000:]
     return entry
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from actors import child
+from actors import child, trace
 from actors.compile_pool import CompilePool
 from actors.protocol import CompileLimit, WorkerSettings
 from actors.worker import launcher_payload
@@ -117,6 +117,7 @@ class Prestart:
         if self.pool is None:
             return []
         self._stop.set()
+        trace.note("early_pool_stopped")
         if self._pumping is not None:
             self._pumping.join(5)
         try:
