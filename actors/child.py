@@ -12,6 +12,7 @@ Connections: pickles, but only between processes of the same worker.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
 import signal
 import socket
@@ -122,6 +123,10 @@ class Foreign:
         return 0  # gone; its exit status went to its own parent
 
 
+KEY_BYTES = 16  # what an adopter of a prepared server sends first
+ADOPT_WAIT_S = 10.0  # for a prepared server to listen (it does so before any import)
+
+
 class ForkServer:
     """A process that imports what its children need once (`prepare`, "module:function"
     called with the payload), then forks each child on request: a compile process then
@@ -136,16 +141,44 @@ class ForkServer:
         their environment (default: this process's)."""
         module, _, function = prepare.partition(":")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.process = _python(
+        self.process: subprocess.Popen | None = _python(
             f"from {module} import {function}; from actors.child import _fork_serve; "
             f"{function}(sys.argv[2]); _fork_serve(int(sys.argv[1]))",
             str(theirs.fileno()), payload, pass_fds=(theirs.fileno(),), stderr=stderr,
             env=env)
         theirs.close()
-        self._socket = ours
+        self._attach(ours)
+
+    def _attach(self, sock: socket.socket) -> None:
+        self._socket = sock
         self._asked = 0
         self._pids: list[int] = []
         self._gone = False  # the server died or was closed: no more pids will come
+
+    @classmethod
+    def adopt(cls, address: str, key_hex: str, pid: int) -> ForkServer | None:
+        """A server of its own, forked by a prepared one (serve_prepared, process pid)
+        that started before this process: its imports are done or under way already.
+        None if that one cannot be reached (gone, or on another machine)."""
+        deadline = time.monotonic() + ADOPT_WAIT_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(address)
+                sock.sendall(bytes.fromhex(key_hex))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()  # not listening yet: it has only just started
+                if not alive(pid) or time.monotonic() > deadline:
+                    return None
+                time.sleep(0.02)
+            except (OSError, ValueError):
+                sock.close()
+                return None
+        server = cls.__new__(cls)
+        server.process = None
+        server._attach(sock)
+        return server
 
     def start(self, entry: str, payload: str) -> Child:
         """As start(), forked by the server. If the server is gone, the child's pipes are
@@ -190,12 +223,48 @@ class ForkServer:
                 self._socket.settimeout(None)
 
     def close(self) -> None:
+        """An adopted server ends at its socket's end, its own children with it."""
         self._gone = True
         self._socket.close()
+        if self.process is None:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.kill()
         self.process.wait(timeout=5)
+
+
+def serve_prepared(address: str, key_hex: str, prepare: str, payload: str) -> None:
+    """A fork server started before the processes that will use it (sweep/engines/
+    prestart.py): it listens at address at once, imports (prepare(payload)) while they
+    start, then forks, for each that connects with the key, a server of its own (with the
+    imports done) that serves it as ForkServer's does until its socket ends. A worker that
+    adopts it starts its compile processes with no imports of its own to wait for."""
+    die_with_parent()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)  # adopters queue here while the imports run
+    module, _, function = prepare.partition(":")
+    getattr(__import__(module, fromlist=[function]), function)(payload)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its servers are reaped by the kernel
+    key = bytes.fromhex(key_hex)
+    while True:
+        connection, _ = listener.accept()
+        try:
+            connection.settimeout(5)
+            given = _read_exactly(connection, KEY_BYTES)
+            connection.settimeout(None)
+        except OSError:
+            connection.close()
+            continue
+        if not hmac.compare_digest(given, key):
+            connection.close()
+            continue
+        if os.fork() == 0:
+            listener.close()
+            _fork_serve(connection.detach())
+            os._exit(0)
+        connection.close()
 
 
 def alive(pid: int) -> bool:

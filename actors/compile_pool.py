@@ -189,14 +189,17 @@ class CompilePool:
                  limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
                  stderr: IO[bytes] | None = None,
                  fixed: Mapping[str, Any] | None = None, unforked: bool = True,
-                 problem_keys: Sequence[str] = (), adaptive: bool = False) -> None:
+                 problem_keys: Sequence[str] = (), adaptive: bool = False,
+                 forks: tuple[str, str, int] | None = None) -> None:
         """devices: GPU ids to spread the processes over (each sets up CUDA for its
         launch arguments); default: the one this process sees. stderr: where the
         processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
         whether processes start on their own where forks cannot (each imports torch and
         the kernel itself: seconds of CPU), or the pool stays down. adaptive: the pool
         also learns a limit from its own compiles as each ends (actors/compile_limit.py),
-        and a compile stops at the tighter of that and the one it was given."""
+        and a compile stops at the tighter of that and the one it was given. forks: the
+        (address, key) of a fork server started before this pool (child.serve_prepared)
+        to fork its processes from, rather than import torch and the kernel once more."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
                       "problem_keys": list(problem_keys)}
@@ -210,8 +213,9 @@ class CompilePool:
         self._forking = True
         self._down: str | None = None  # why no process can start: the pool stays down
         self._notices: list[str] = []
-        self._server = child.ForkServer("actors.compile_pool:prepare", json.dumps(self._spec),
-                                        stderr, env={**os.environ, **FORK_SAFE_ENV})
+        self._server = (child.ForkServer.adopt(*forks) if forks else None) or \
+            child.ForkServer("actors.compile_pool:prepare", json.dumps(self._spec), stderr,
+                             env={**os.environ, **FORK_SAFE_ENV})
         self._procs: list[_Proc | None] = [self._start(i) for i in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
         self._hints: dict[int, Mapping[str, Any]] = {}  # compiled when nothing is queued

@@ -40,17 +40,20 @@ class CompileLimit:
     timeout), or one learnt from this run's own compile times (actors/compile_limit.py)."""
 
     seconds: float
-    p90_s: float | None = None  # the run's p90 it was learnt from
+    median_s: float | None = None  # the run's median compile it was learnt from
     fixed_s: float | None = None  # the fixed limit it stands in for (learnt ones)
 
     def why(self) -> str:
         """The row's error of a compile this limit stopped: which limit, and why."""
-        if self.p90_s is None:
+        if self.median_s is None:
             return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
         return (f"compile took longer than {self.seconds:g} s, "
-                f"{self.seconds / self.p90_s:.0f}x this run's p90 compile of "
-                f"{self.p90_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
+                f"{self.seconds / self.median_s:.0f}x this run's median compile of "
+                f"{self.median_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
                 f"--retry timeout gives it the full {self.fixed_s or self.seconds:g} s")
+
+
+FORKS = "forks"  # WorkerSettings.prestarted's key of a fork server begun before the workers
 
 
 def compile_weight(config: Mapping[str, Any], problem_keys: Sequence[str] = ()) -> float:
@@ -147,7 +150,9 @@ class WorkerSettings:
     compile_limit_auto: bool = False
     kernel_path: str = ""  # where a "module:attr" kernel may live besides installed packages
     replay: Mapping[str, Any] = field(default_factory=dict)  # the replay backend's options
-    # Launchers started before Ray was up, by GPU id: (socket, key, pid); see prestart.py.
+    # Launchers started before the workers, by GPU id (cpuN: the interpreter's Nth), and
+    # under FORKS a prepared fork server for their compile pools: (socket, key, pid);
+    # see sweep/engines/prestart.py.
     prestarted: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
     run: str = ""  # the run's fingerprint, which journal lines carry ("": lines not encoded)
     # Keyword arguments passed on every launch and compile besides the config's.

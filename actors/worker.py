@@ -31,6 +31,7 @@ from actors.backends import traits
 from actors.child import error_line
 from actors.compile_pool import Compiled, Compiler
 from actors.protocol import (
+    FORKS,
     Batch,
     BatchStarted,
     CompileLimit,
@@ -106,10 +107,15 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
     if settings.backend == "cuda" and settings.compile_workers > 0:
         from actors.compile_pool import CompilePool
 
+        forks = settings.prestarted.get(FORKS)
+        # An adopted server's processes see every GPU: each is told the worker's.
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
         return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
-                           settings.seed, limit, settings.kernel_path, fixed=settings.fixed,
+                           settings.seed, limit, settings.kernel_path,
+                           devices=[gpu] if forks and gpu else (), fixed=settings.fixed,
                            problem_keys=settings.problem_keys,
-                           adaptive=settings.compile_limit_auto)
+                           adaptive=settings.compile_limit_auto,
+                           forks=forks)
     return None
 
 

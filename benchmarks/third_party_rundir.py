@@ -155,9 +155,10 @@ def _limits(limited: list[Row]) -> list[dict[str, float | None]]:
     limits: list[dict[str, float | None]] = []
     for r in limited:
         m = re.search(r"limit of ([\d.]+) s", r["error"] or "")
-        p90 = re.search(r"p90 of ([\d.e+-]+) s", r["error"] or "")
+        # (p90: the rule's statistic before 2026-12-03)
+        typical = re.search(r"(?:p90|median) compile of ([\d.e+-]+) s", r["error"] or "")
         seen = {"limit_s": float(m.group(1)) if m else None,
-                "p90_s": float(p90.group(1)) if p90 else None}
+                "typical_s": float(typical.group(1)) if typical else None}
         if seen not in limits:
             limits.append(seen)
     return limits

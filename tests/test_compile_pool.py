@@ -229,7 +229,7 @@ def run_peers_beside_a_gated_compile(pool: CompilePool, gate: Path) -> Compiled:
 def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_running(
         monkeypatch, tmp_path):
     # The gated compile began before any limit was learnt, under a fixed one it would never
-    # reach (its gate gives up at 60 s); the pool learns FACTOR x its peers' p90 from
+    # reach (its gate gives up at 60 s); the pool learns FACTOR x its peers' median from
     # their replies alone (no trial record, no driver) and stops it there.
     from actors import compile_limit
 
@@ -241,10 +241,10 @@ def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_r
     finally:
         pool.close()
     assert got.timed_out and not got.ok, got
-    assert pool.limit.p90_s is not None and pool.limit.fixed_s == 120.0
+    assert pool.limit.median_s is not None and pool.limit.fixed_s == 120.0
     assert got.error == pool.limit.why()
     assert got.error.startswith(f"compile took longer than {pool.limit.seconds:g} s, ")
-    assert "x this run's p90 compile of" in got.error
+    assert "x this run's median compile of" in got.error
     assert got.error.endswith("(run.compile_timeout_s: auto); sweep resume DIR --retry "
                               "timeout gives it the full 120 s")
     assert got.compile_ms is not None and got.compile_ms < 120_000
@@ -279,7 +279,7 @@ def test_a_limit_the_driver_sends_stops_a_compile_already_running_at_the_tighter
         pool.submit(0, {"GATE": str(tmp_path), "ROLE": "wait"})
         while not (tmp_path / "waiting").exists():
             pool.wait(0.05)
-        sent = CompileLimit(0.5, p90_s=0.05, fixed_s=120.0)
+        sent = CompileLimit(0.5, median_s=0.05, fixed_s=120.0)
         pool.set_limit(sent)
         got = result(pool, 0)
     finally:
@@ -314,5 +314,62 @@ def test_a_new_runs_worker_pools_learn_the_limit_and_a_retrys_keep_the_fixed_one
     try:
         assert pool._learner.adaptive == (not retry)
         assert pool.limit == CompileLimit(spec.run.trial_timeout_s)
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def prepared(monkeypatch, tmp_path):
+    """A fork server started before any pool (as sweep/engines/prestart.py starts one):
+    (address, key) for pools to adopt."""
+    import json
+    import secrets
+
+    from actors import child
+    from actors.compile_pool import FORK_SAFE_ENV
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    address, key = str(tmp_path / "forks"), secrets.token_hex(child.KEY_BYTES)
+    server = child.start_detached(
+        "actors.child:serve_prepared", address, key, "actors.compile_pool:prepare",
+        json.dumps({"kernel": "matmul", "kernel_path": ""}),
+        env={**os.environ, **FORK_SAFE_ENV})
+    yield address, key, server
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+def test_pools_that_adopt_a_prepared_fork_server_compile_from_its_forks(prepared):
+    address, key, server = prepared
+    pools = [CompilePool(1, "matmul", PROBLEM, seed=0, limit=CompileLimit(60),
+                         forks=(address, key, server.pid)) for _ in range(2)]
+    try:
+        for n, pool in enumerate(pools):
+            assert pool._server.process is None  # no server (no imports) of its own
+            pool.submit(n, {**CONFIG, "BLOCK_N": 16 * (n + 1)})
+        assert all(result(pool, n).ok for n, pool in enumerate(pools))
+        for pool in pools:  # each pool's process descends from the prepared server
+            pid = pool._procs[0].child.process.pid
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            grandparent = int(Path(f"/proc/{parent}/stat").read_text()
+                              .rsplit(")", 1)[1].split()[1])
+            assert grandparent == server.pid
+    finally:
+        for pool in pools:
+            pool.close()
+
+
+def test_a_pool_whose_prepared_server_is_gone_starts_a_server_of_its_own(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pool = CompilePool(1, "matmul", PROBLEM, seed=0, limit=CompileLimit(60),
+                       forks=(str(tmp_path / "nobody"), "00" * 16, gone.pid))
+    try:
+        assert pool._server.process is not None
+        pool.submit(0, CONFIG)
+        assert result(pool, 0).ok
     finally:
         pool.close()

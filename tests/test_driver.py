@@ -322,8 +322,8 @@ def test_each_batch_carries_the_compile_limit_learnt_so_far():
     driver, _, _ = make(2 * MIN_COMPILES, rt, limits=replace(LIMITS, batch_size=4, depth=1),
                         workers=1, compile_limit=AdaptiveLimit(60.0, adaptive=True))
     assert driver.run() == "complete"
-    assert rt.limits[0].seconds == 60.0 and rt.limits[0].p90_s is None
-    assert rt.limits[-1].seconds == FACTOR * 2.0 and rt.limits[-1].p90_s == pytest.approx(2.0)
+    assert rt.limits[0].seconds == 60.0 and rt.limits[0].median_s is None
+    assert rt.limits[-1].seconds == FACTOR * 2.0 and rt.limits[-1].median_s == pytest.approx(2.0)
 
 
 def test_a_compile_limit_learnt_while_nothing_is_left_to_send_reaches_the_workers_at_once():

@@ -95,7 +95,7 @@ def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
     quick = Recorded("ok", "passed", 1.0, 1.0, 1.0, None, 0.01, 0.0)
     pool = ReplayCompiler({canonical_json({"c": "never"}): never,
                            canonical_json({"c": "quick"}): quick}, 2, CompileLimit(60))
-    pool.set_limit(CompileLimit(0.2, p90_s=0.02, fixed_s=60.0))
+    pool.set_limit(CompileLimit(0.2, median_s=0.02, fixed_s=60.0))
     pool.submit(0, {"c": "never"})
     pool.submit(1, {"c": "quick"})
     got: dict[int, object] = {}
@@ -108,19 +108,19 @@ def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
     assert got[1].ok
     assert got[0].timed_out and not got[0].ok
     assert got[0].error == (
-        "compile took longer than 0.2 s, 10x this run's p90 compile of 0.02 s "
+        "compile took longer than 0.2 s, 10x this run's median compile of 0.02 s "
         "(run.compile_timeout_s: auto); sweep resume DIR --retry timeout gives it the full "
         "60 s"), got[0].error
     assert got[0].compile_ms == pytest.approx(200, abs=100)
 
 
-def test_the_adaptive_limit_follows_the_runs_own_p90_within_floor_and_ceiling():
+def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling():
     limit = AdaptiveLimit(60.0, adaptive=True)
     limit.observe_compiles([500.0] * (MIN_COMPILES - 1))
     assert limit.current == CompileLimit(60.0)  # too few compiles yet
     limit.observe_compiles([500.0])
     assert limit.current == CompileLimit(FLOOR_S, 0.5, 60.0)  # 10 x 0.5 s is under the floor
-    limit.observe_compiles([3000.0] * 300)  # the p90 is now 3 s
+    limit.observe_compiles([3000.0] * 300)  # the median is now 3 s
     assert limit.current == CompileLimit(FACTOR * 3.0, 3.0, 60.0)
     limit.observe_compiles([20_000.0] * 1000)  # 10 x 20 s is past the fixed limit
     assert limit.current == CompileLimit(60.0)

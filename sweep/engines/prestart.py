@@ -11,6 +11,13 @@ pool stops once a worker's own pool is up (its first config compiled ahead): fro
 the workers' pools have the CPUs. Until then a worker compiles in its launcher, mostly
 finding the early pool's work in the cache.
 
+On the local runtime the workers start as soon as the kernel is imported here, so there
+is no wait to fill: instead of early compiles, a fork server (actors/child.py's
+serve_prepared) imports torch, Triton and the kernel from the first second, and each
+worker's compile pool forks its processes from it (FORKS), with no imports of its own: on
+an H200 host a worker's own fork server took 22 s to import Liger-Kernel beside the run's
+other imports, while the early pool's compiles it replaced were killed at the hand-over.
+
 Nothing here changes what a run records: a launcher that is not adopted, or a compile
 that did not finish, is only time not saved. The early pool's processes are spread over
 the GPUs (each sets up CUDA), and what any of these processes print goes to a log in their
@@ -22,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import os
 import secrets
 import shutil
@@ -35,8 +43,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors import child, trace
-from actors.compile_pool import CompilePool
-from actors.protocol import CompileLimit, WorkerSettings
+from actors.compile_pool import FORK_SAFE_ENV, CompilePool
+from actors.protocol import FORKS, CompileLimit, WorkerSettings
 from actors.worker import launcher_payload
 from sweep.engines.machine import visible_gpus
 
@@ -74,17 +82,21 @@ class Prestart:
             return  # best effort: compile processes that cannot start save nothing
 
     @classmethod
-    def begin(cls, settings: WorkerSettings,
-              configs: Iterable[tuple[int, dict[str, Any]]]) -> Prestart | None:
+    def begin(cls, settings: WorkerSettings, configs: Iterable[tuple[int, dict[str, Any]]],
+              adopted_pools: bool = False) -> Prestart | None:
         """settings: as the workers will get them, but for the problem, which may be the
-        spec's as written; configs: the first to be handed out, in order. Call from a
-        thread that outlives the run: the processes die with the thread that started
-        them."""
+        spec's as written; configs: the first to be handed out, in order; adopted_pools:
+        the workers' pools fork from a server begun here (the local runtime's), and
+        nothing compiles early. Call from a thread that outlives the run: the processes
+        die with the thread that started them."""
         gpus = visible_gpus()
         if not gpus:
             return None
         directory, log, launchers, processes = _launchers(
             settings, {gpu: {"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus})
+        if adopted_pools:
+            launchers[FORKS] = _fork_server(directory, log, settings, processes)
+            return cls(launchers, processes, None, directory, log)
         first = list(itertools.islice(configs, EARLY_PER_PROCESS * POOL_CAP))
         if not first:  # a search: nothing to compile early
             return cls(launchers, processes, None, directory, log)
@@ -196,6 +208,19 @@ def _release(directory: Path) -> None:
     held = _HELD.pop(directory, None)
     if held is not None:
         os.close(held)
+
+
+def _fork_server(directory: Path, log: IO[bytes], settings: WorkerSettings,
+                 processes: list[subprocess.Popen]) -> tuple[str, str, int]:
+    """A prepared fork server for the workers' compile pools: (socket, key, pid)."""
+    address, key = str(directory / "forks"), secrets.token_hex(child.KEY_BYTES)
+    payload = json.dumps({"kernel": settings.kernel, "kernel_path": settings.kernel_path})
+    process = child.start_detached(
+        "actors.child:serve_prepared", address, key, "actors.compile_pool:prepare", payload,
+        env={**os.environ, **FORK_SAFE_ENV}, stderr=log, stdout=log)
+    threading.Thread(target=process.wait, daemon=True).start()
+    processes.append(process)
+    return address, key, process.pid
 
 
 def _launchers(settings: WorkerSettings, env: dict[str, dict[str, str]]

@@ -427,10 +427,10 @@ class Session:
         imports torch and the kernel)."""
         backend = self.spec.run.backend
         if may_use_gpu(backend) and machine.visible_gpus():
-            return Prestart.begin(
-                worker_settings(self.spec, "cuda"),
-                ((i, self.space.config(i)) for i in self._full_order())
-                if most(self.spec.search, self.space.sizes) is None else ())
+            every = most(self.spec.search, self.space.sizes) is None
+            return Prestart.begin(worker_settings(self.spec, "cuda"), ((
+                i, self.space.config(i)) for i in self._full_order()) if every else (),
+                adopted_pools=engine.name == "local")
         if may_interpret(backend) and engine.name == "local" and \
                 machine.local_devices(backend) == ["cpu-interpreter"]:
             workers = engine.placement(self.spec, "interpret").workers
