@@ -33,9 +33,10 @@ def learnt(fixed_s: float, samples_ms: list[float]) -> CompileLimit:
     if len(samples_ms) < MIN_COMPILES:
         return CompileLimit(fixed_s)
     ordered = sorted(samples_ms)
-    # The median, not a high percentile: a tenth of Liger's RMSNorm configs compiled for
-    # 7-60 s on an H200 (p90 6.8 s: a limit past the fixed 60 s), none of them within 12x
-    # of the best's latency, while the median compile took 0.22 s (BENCHMARKS.md, "Heavy kernels").
+    # The median, not a high percentile: on an H200 a tenth of Liger's RMSNorm configs
+    # compiled for 7-60 s (p90 6.8 s: a limit past the fixed 60 s), the median for 0.22 s,
+    # and none compiling over 5 s ran within 11x of the best's latency (benchmarks/results/
+    # heavy_compiles_diag_liger_rms-2026-12-03.parquet).
     median = _percentile(ordered, 0.5) / 1e3
     seconds = min(fixed_s, max(FLOOR_S, FACTOR * median))
     if seconds >= fixed_s:

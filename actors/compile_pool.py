@@ -198,7 +198,7 @@ class CompilePool:
         the kernel itself: seconds of CPU), or the pool stays down. adaptive: the pool
         also learns a limit from its own compiles as each ends (actors/compile_limit.py),
         and a compile stops at the tighter of that and the one it was given. forks: the
-        (address, key) of a fork server started before this pool (child.serve_prepared)
+        (address, key, pid) of a fork server started before this pool (child.serve_prepared)
         to fork its processes from, rather than import torch and the kernel once more."""
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),

@@ -124,6 +124,10 @@ def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling
     assert limit.current == CompileLimit(FACTOR * 3.0, 3.0, 60.0)
     limit.observe_compiles([20_000.0] * 1000)  # 10 x 20 s is past the fixed limit
     assert limit.current == CompileLimit(60.0)
+    # A heavy tenth (as Liger's RMSNorm had) does not lift the limit: the median rules.
+    tail = AdaptiveLimit(60.0, adaptive=True)
+    tail.observe_compiles([200.0] * 85 + [30_000.0] * 15)
+    assert tail.current == CompileLimit(FLOOR_S, 0.2, 60.0)
     fixed = AdaptiveLimit(60.0, adaptive=False, seen=[("ok", 1000.0)] * 100)
     assert fixed.current == CompileLimit(60.0)
     # Cache hits (a few ms) and compiles stopped by a limit are not samples.

@@ -422,7 +422,7 @@ class Session:
     def _prestart(self, engine: Engine) -> Prestart | None:
         """Work begun before the kernel is imported here and the engine is up: a GPU's
         launchers and early compiles (where every config runs: a search's first configs
-        depend on the cluster's size, so then none compile early); under the interpreter
+        depend on the cluster's size), or locally a fork server for the pools; under the interpreter
         on the local runtime, whose workers adopt them, each worker's launcher (which
         imports torch and the kernel)."""
         backend = self.spec.run.backend
