@@ -13,8 +13,8 @@ call and in this order:
 For each run: the timeline (snapshot.json, seconds since launch), counts, deaths
 (attempts.jsonl), the report's busy share per worker (`sweep report`'s own figure), the
 pick against the best one-pass latency of the table (per problem), and the run directory's
-main files copied to OUT/NAME.FILE and an event trace (actors/trace.py) in
-OUT/NAME.trace.jsonl, for a closer look.
+main files with an event trace (actors/trace.py) in one OUT/NAME.tar.gz, for a closer look
+(one file a run: the device tool returns a few files, no deep folders).
 
 Usage (on the GPU machine): python3 benchmarks/heavy_compiles.py --out DIR [--only NAMES]
     [--commit SHA] [--rounds 7]
@@ -31,6 +31,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -68,23 +69,28 @@ def run(name: str, spec: Path, tmp: Path, cache: Path, out: Path,
     """`python -m sweep run SPEC --out DIR --force`, as a user runs it, and what its run
     directory says."""
     run_dir = tmp / name
+    trace = tmp / f"{name}.trace.jsonl"
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1",
-           "SWEEP_CACHE_DIR": str(tmp / f"best-{name}"),
-           "SWEEP_TRACE": str(out / f"{name}.trace.jsonl"), **(env_extra or {})}
+           "SWEEP_CACHE_DIR": str(tmp / f"best-{name}"), "SWEEP_TRACE": str(trace),
+           **(env_extra or {})}
     launched = time.time()
     proc = subprocess.run([sys.executable, "-m", "sweep", "run", str(spec), "--out",
                            str(run_dir), "--force"], cwd=spec.parent, env=env,
                           capture_output=True, text=True, timeout=400)
     exited = time.time()
-    (out / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    (run_dir / "command.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     entry: dict[str, Any] = {"name": name, "rc": proc.returncode,
                              "command_s": exited - launched}
     if (run_dir / "snapshot.json").exists():
         entry.update(read_run(run_dir, launched))
         entry["phases_s"]["exit"] = exited - launched
-        for kept in ("trials.parquet", "snapshot.json", "best.json", "workers.log"):
-            if (run_dir / kept).exists():  # flat: the device tool returns no deep folders
-                shutil.copy(run_dir / kept, out / f"{name}.{kept}")
+    with tarfile.open(out / f"{name}.tar.gz", "w:gz") as tar:
+        for kept in ("trials.parquet", "snapshot.json", "best.json", "workers.log",
+                     "attempts.jsonl", "command.log"):
+            if (run_dir / kept).exists():
+                tar.add(run_dir / kept, arcname=kept)
+        if trace.exists():
+            tar.add(trace, arcname="trace.jsonl")
     entry["stderr_tail"] = proc.stderr[-3000:]
     return entry
 
@@ -132,6 +138,24 @@ def picks(best: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, An
     return out
 
 
+def import_profile(module: str, cwd: Path) -> dict[str, Any]:
+    """`python -X importtime -c "import MODULE"`: its wall clock and the slowest imports
+    by cumulative time (microseconds), to see where a kernel's import goes."""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
+                          cwd=cwd, capture_output=True, text=True)
+    took = time.time() - t0
+    rows = []
+    for line in proc.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), int(parts[0].split(":")[-1]), parts[2].rstrip()))
+    rows.sort(reverse=True)
+    return {"command_s": round(took, 2), "rc": proc.returncode,
+            "top_cumulative_us": [[c, own, name] for c, own, name in rows[:40]],
+            "top_self_us": [[own, name] for c, own, name in sorted(rows, key=lambda r: -r[1])[:25]]}
+
+
 def matmul_configs() -> list[dict[str, Any]]:
     from sweep.spec import load_spec
 
@@ -152,7 +176,8 @@ def versions() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", default="import,autotune," + ",".join(RUNS) + ",retime")
+    ap.add_argument("--only",
+                    default="import,liger_import,autotune," + ",".join(RUNS) + ",retime")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
@@ -174,6 +199,9 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import torch, triton"], check=True)
         result["import_torch_triton_s"] = time.time() - t0
         print("import", round(result["import_torch_triton_s"], 2), flush=True)
+    if "liger_import" in only:
+        result["liger_import"] = import_profile("liger_rms", THIRD)
+        print("liger_import", result["liger_import"]["command_s"], flush=True)
     configs = matmul_configs()
     if "autotune" in only:
         t0 = time.time()
