@@ -17,13 +17,16 @@ from collections.abc import Iterable
 from actors.protocol import CompileLimit
 
 # Once MIN_COMPILES compiles have ended, a compile may take FACTOR times their median, but
-# never less than FLOOR_S (a cold cache's or a slow machine's first compiles are no
-# reason to stop a config) nor more than the fixed limit. A "compile" of under
+# never less than FLOOR_S (a few quick compiles are no reason to stop a config that takes
+# seconds) nor more than the fixed limit. 5 s: on an H200 no config of Liger's RMSNorm
+# that compiled for over 5 s ran within 11x of the best (see learnt), and a 10 s floor
+# spent 300 of that sweep's 659 compile-seconds on 30 configs it then stopped
+# (benchmarks/results/heavy_compiles_adopt-2026-12-03.json). A "compile" of under
 # CACHE_HIT_MS found its binary in Triton's cache (or failed at once): it says nothing of
 # how long compiling takes.
 MIN_COMPILES = 8
 FACTOR = 10.0
-FLOOR_S = 10.0
+FLOOR_S = 5.0
 CACHE_HIT_MS = 50.0
 
 

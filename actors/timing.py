@@ -6,16 +6,58 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from actors.protocol import Timing
 
 # Below this the launch overhead is a large share of what do_bench measures: replay a
 # CUDA graph instead, which launches back to back from the GPU's own queue.
 GRAPH_BELOW_MS = 0.02
+# Past this many repetitions a budget buys no better median (its standard error shrinks as
+# one over the root of the count) but costs as much again: rep_ms 100 is over a thousand
+# repetitions of a kernel of tens of microseconds, each behind an L2 flush: on an H200 the
+# finalists' re-timing took 10 s of a 35 s sweep over eight shapes, most of them that
+# small (benchmarks/results/heavy_compiles_adopt-2026-12-03.json). do_bench's budgets
+# are in ms, so they are cut to this many of one repetition's time (see capped).
+MAX_SAMPLES = 100
+FLUSH_BYTES = 256 * 1024 * 1024  # what do_bench clears L2 with
+
+
+def capped(warmup_ms: float, rep_ms: float, repetition_ms: float | None) -> tuple[float, float]:
+    """do_bench's (warmup_ms, rep_ms) for a kernel one repetition of which (L2 flush and
+    launch, as do_bench counts it) takes repetition_ms: at most MAX_SAMPLES repetitions,
+    the warm-up cut in the same proportion."""
+    if repetition_ms is None or not repetition_ms > 0 or rep_ms <= 0:
+        return warmup_ms, rep_ms
+    rep = min(rep_ms, MAX_SAMPLES * repetition_ms)
+    return warmup_ms * rep / rep_ms, rep
+
+
+_flush: list[Any] = []  # the L2 flush buffer, made once per process
+
+
+def repetition_ms(fn: Callable[[], object]) -> float:
+    """One repetition as do_bench counts its estimate: L2 flushed, then fn, between CUDA
+    events. A first launch's one-time costs only make the cap looser."""
+    import torch
+
+    if not _flush:
+        _flush.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    _flush[0].zero_()
+    fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
 
 
 def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timing:
+    """do_bench's median and p20/p80 within the budgets, at most MAX_SAMPLES repetitions."""
     import triton.testing
+
+    warmup_ms, rep_ms = capped(warmup_ms, rep_ms, repetition_ms(fn))
 
     # do_bench flushes L2 between repetitions and times each with CUDA events.
     median, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,

@@ -130,11 +130,17 @@ def picks(best: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, An
                 and all(r[k] == v for k, v in problem.items() if k in r)]
         fastest = min(mine, key=lambda r: r["latency_ms"]) if mine else None
         row = next((r for r in mine if r["index"] == doc.get("index")), None)
+        # The table's one-pass best side by side with the pick: its finalists' re-timing.
+        retimed = {f["index"]: f["latency_ms"] for f in doc.get("finalists") or []}
+        best_retimed = retimed.get(fastest["index"]) if fastest else None
         out.append({"problem": problem, "index": doc.get("index"), "config": doc.get("config"),
                     "latency_ms": doc.get("latency_ms"),
                     "one_pass_ms": row["latency_ms"] if row else None,
                     "table_best_index": fastest["index"] if fastest else None,
-                    "table_best_ms": fastest["latency_ms"] if fastest else None})
+                    "table_best_ms": fastest["latency_ms"] if fastest else None,
+                    "table_best_retimed_ms": best_retimed,
+                    "pick_over_table_best_retimed": doc["latency_ms"] / best_retimed
+                    if best_retimed and doc.get("latency_ms") else None})
     return out
 
 

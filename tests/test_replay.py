@@ -116,10 +116,10 @@ def test_the_replay_compiler_stops_a_compile_at_the_runs_adaptive_limit():
 
 def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling():
     limit = AdaptiveLimit(60.0, adaptive=True)
-    limit.observe_compiles([500.0] * (MIN_COMPILES - 1))
+    limit.observe_compiles([300.0] * (MIN_COMPILES - 1))
     assert limit.current == CompileLimit(60.0)  # too few compiles yet
-    limit.observe_compiles([500.0])
-    assert limit.current == CompileLimit(FLOOR_S, 0.5, 60.0)  # 10 x 0.5 s is under the floor
+    limit.observe_compiles([300.0])
+    assert limit.current == CompileLimit(FLOOR_S, 0.3, 60.0)  # 10 x 0.3 s is under the floor
     limit.observe_compiles([3000.0] * 300)  # the median is now 3 s
     assert limit.current == CompileLimit(FACTOR * 3.0, 3.0, 60.0)
     limit.observe_compiles([20_000.0] * 1000)  # 10 x 20 s is past the fixed limit
@@ -141,12 +141,15 @@ def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling
 
 
 def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them():
-    space = expand({"BLOCK_M": [16, 64], "BLOCK_N": [32, 128], "num_stages": [2, 4]}, [])
+    space = expand({"BLOCK_M": [16, 64], "BLOCK_N": [32, 128], "num_stages": [2, 4],
+                    "num_warps": [1, 8]}, [])
     order = compile_order(space, range(len(space)))
     configs = [space.config(i) for i in order]
-    assert configs[0] == {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 4}  # the largest
-    assert configs[1] == {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 2}  # the smallest
-    weights = [c["BLOCK_M"] * c["BLOCK_N"] * c["num_stages"] for c in configs]
+    # the largest tile, most stages, on the fewest warps: the most code a thread
+    assert configs[0] == {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 4, "num_warps": 1}
+    assert configs[1] == {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 2, "num_warps": 8}
+    weights = [c["BLOCK_M"] * c["BLOCK_N"] * c["num_stages"] / c["num_warps"]
+               for c in configs]
     assert weights[0::2] == sorted(weights[0::2], reverse=True)
     assert weights[1::2] == sorted(weights[1::2])
     assert sorted(order) == list(range(len(space)))
