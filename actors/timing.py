@@ -36,17 +36,23 @@ def capped(warmup_ms: float, rep_ms: float, repetition_ms: float | None) -> tupl
 _flush: list[Any] = []  # the L2 flush buffer, made once per process
 
 
-def repetition_ms(fn: Callable[[], object]) -> float:
-    """One repetition as do_bench counts its estimate: L2 flushed, then fn, between CUDA
-    events. A first launch's one-time costs only make the cap looser."""
+def _flushed() -> Any:
     import torch
 
     if not _flush:
         _flush.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    return _flush[0]
+
+
+def repetition_ms(fn: Callable[[], object]) -> float:
+    """One repetition as do_bench times one: L2 flushed, then fn, between CUDA events."""
+    import torch
+
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
+    flush = _flushed()
     start.record()
-    _flush[0].zero_()
+    flush.zero_()
     fn()
     end.record()
     end.synchronize()
@@ -54,18 +60,36 @@ def repetition_ms(fn: Callable[[], object]) -> float:
 
 
 def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timing:
-    """do_bench's median and p20/p80 within the budgets, at most MAX_SAMPLES repetitions."""
-    import triton.testing
+    """Timed as triton.testing.do_bench times (warm-up launches, then each repetition
+    behind an L2 flush between its own CUDA events), but sized by one repetition rather
+    than by do_bench's first launch and five more: six launches fewer a config, where a
+    screen of a 2 ms matmul is about eighteen and the GPU is a sweep's bottleneck. At
+    most MAX_SAMPLES repetitions (see capped). The median and p20/p80."""
+    import torch
 
-    warmup_ms, rep_ms = capped(warmup_ms, rep_ms, repetition_ms(fn))
+    one = repetition_ms(fn)  # fn has run: the caller's validating launch, or this one
+    warmup_ms, rep_ms = capped(warmup_ms, rep_ms, one)
+    one = max(one, 1e-3)
+    for _ in range(max(1, int(warmup_ms / one))):
+        fn()
+    n = max(1, int(rep_ms / one))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    flush = _flushed()
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    timing = summarise([float(s.elapsed_time(e)) for s, e in zip(starts, ends)])
+    if timing.median_ms < GRAPH_BELOW_MS:
+        import triton.testing
 
-    # do_bench flushes L2 between repetitions and times each with CUDA events.
-    median, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
-                                               quantiles=[0.5, 0.2, 0.8])
-    if median < GRAPH_BELOW_MS:
         median, p20, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms,
                                                              quantiles=[0.5, 0.2, 0.8])
-    return Timing(float(median), float(p20), float(p80))
+        return Timing(float(median), float(p20), float(p80))
+    return timing
 
 
 def summarise(samples: list[float]) -> Timing:

@@ -171,11 +171,13 @@ def matmul_configs() -> list[dict[str, Any]]:
 
 def versions() -> dict[str, Any]:
     out: dict[str, Any] = {"python": platform.python_version()}
+    from importlib import metadata
+
     for name in ("torch", "triton", "pyarrow", "liger_kernel"):
-        try:
-            out[name] = __import__(name).__version__
+        try:  # the distribution's version: liger_kernel has no __version__
+            out[name] = metadata.version(name.replace("_", "-"))
         except Exception as e:
-            out[name] = f"not importable: {type(e).__name__}"
+            out[name] = f"not installed: {type(e).__name__}"
     return out
 
 

@@ -373,3 +373,34 @@ def test_a_pool_whose_prepared_server_is_gone_starts_a_server_of_its_own(tmp_pat
         assert result(pool, 0).ok
     finally:
         pool.close()
+
+
+def test_a_worker_compiles_its_early_configs_before_any_batch_reaches_it(monkeypatch):
+    # A local run's worker is sent its GPU's first configs (WorkerSettings.early); its
+    # runner hands them to the pool while it holds no batch, so compiles begin as the
+    # pool's processes come up, not when the driver's first batch arrives.
+    from actors import worker as worker_module
+    from actors.protocol import WorkerSettings
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(worker_module, "make_backend", lambda settings, kind: object())
+    settings = WorkerSettings(
+        backend="cuda", kernel="matmul", problem=PROBLEM, trial_timing=(1, 1),
+        finalist_timing=(1, 1), tolerance=None, seed=0, simulate={}, compile_workers=1,
+        early={"": ((7, CONFIG),), "9": ((8, CONFIG),)})
+    worker = worker_module.TrialWorker(settings, "w1")
+    pool = worker.pool
+    assert isinstance(pool, CompilePool)
+    given_up = time.monotonic() + 300  # a hang's guard, not a timing: it takes seconds
+    try:
+        while True:  # nothing here pumps the pool: only the worker's runner can
+            with pool._lock:
+                if 7 in pool._done:
+                    break
+                assert 8 not in pool._hints and 8 not in pool._done  # another GPU's
+            assert time.monotonic() < given_up, "the early config never compiled"
+            time.sleep(0.05)
+        assert pool._done[7].ok
+    finally:
+        pool.close()
