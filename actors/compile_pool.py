@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import os
 import threading
@@ -40,6 +41,7 @@ from typing import IO, Any, Protocol
 from actors import child, trace
 from actors.compile_limit import Learner, tighter
 from actors.protocol import CompileLimit
+from storage.records import canonical_json
 
 # In the fork server and its children: torch.cuda.is_available() asks NVML rather than
 # CUDA, which once initialised does not survive a fork (torch's "poison fork").
@@ -52,6 +54,7 @@ START_LIMIT_S = 120.0
 MAX_FAILED_STARTS = 3
 NOTICE_CHARS = 300  # the longest reason a notice quotes
 KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
+SCAN = 256  # queued configs (and hints) looked through for one whose binary is not busy
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class CompilePool:
         and a compile stops at the tighter of that and the one it was given. forks: the
         (address, key, pid) of a fork server started before this pool (child.serve_prepared)
         to fork its processes from, rather than import torch and the kernel once more."""
+        self._keys = frozenset(problem_keys)
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
                       "problem_keys": list(problem_keys)}
@@ -313,8 +317,10 @@ class CompilePool:
         """Hand queued configs to idle processes; take every reply that has arrived."""
         for i, p in enumerate(self._procs):
             if p is not None and p.ready and p.task is None and (self._queue or self._hints):
-                hinted = not self._queue
-                task = self._queue.popleft() if self._queue else self._next_hint()
+                chosen = self._next_task()
+                if chosen is None:  # each waits on a binary being compiled
+                    break
+                task, hinted = chosen
                 p.task, p.since = task, time.monotonic()
                 trace.note("compile_sent", key=task[0], slot=i, hint=hinted)
                 try:
@@ -409,9 +415,28 @@ class CompilePool:
             self._procs[k] = None
         self._hints.clear()
 
-    def _next_hint(self) -> tuple[int, Mapping[str, Any]]:
-        key = next(iter(self._hints))  # the oldest: the sweep hands configs out in order
-        return key, self._hints.pop(key)
+    def _next_task(self) -> tuple[tuple[int, Mapping[str, Any]], bool] | None:
+        """The first queued config, else the oldest hint (the sweep hands configs out in
+        order), whose binary no process is compiling; and whether it was a hint. In a
+        sweep over problems a kernel config's problems mostly share one binary (Triton
+        specialises on an integer's divisibility by 16, not its value): compiled at once
+        by several processes, each paid the whole compile (1 cache hit in 544 on an
+        H200); one after another, all but the first find it in Triton's cache."""
+        busy = {self._binary(p.task[1]) for p in self._procs
+                if p is not None and p.task is not None} if self._keys else set()
+        for k, task in enumerate(itertools.islice(self._queue, SCAN)):
+            if not busy or self._binary(task[1]) not in busy:
+                del self._queue[k]
+                return task, False
+        for key, config in itertools.islice(self._hints.items(), SCAN):
+            if not busy or self._binary(config) not in busy:
+                del self._hints[key]
+                return (key, config), True
+        return None
+
+    def _binary(self, config: Mapping[str, Any]) -> str:
+        """What decides a config's binary besides the problem: its kernel config."""
+        return canonical_json({k: v for k, v in config.items() if k not in self._keys})
 
     def _replace(self, i: int, why: str, timed_out: bool = False) -> None:
         p = self._procs[i]

@@ -164,7 +164,3 @@ class WorkerSettings:
     # A sweep over problems: the problem keys each config carries (over `problem`, the
     # first problem's), which its record leaves out.
     problem_keys: tuple[str, ...] = ()
-    # By GPU id, the configs (index, config) a worker's pool compiles from its start, in
-    # compile order, before the driver's first batch reaches it: hints, which never delay
-    # a config a batch holds (a local run's; see sweep/run/assembly.py).
-    early: Mapping[str, tuple[tuple[int, dict[str, Any]], ...]] = field(default_factory=dict)

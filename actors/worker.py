@@ -58,7 +58,6 @@ MAX_CHUNK = 4096  # messages a batch's stream sends at once
 # compiles one itself (a pool slow to start must not leave the device idle for ever).
 HEAVY_WAIT_S = 30.0
 LINGER_S = 0.02  # how long a fast stream of records waits to send more at once
-IDLE_PUMP_S = 0.05  # how often a worker holding no batch hands its pool hinted configs
 FAST_S = 0.002  # a stream is fast while its lists go out at most this far apart
 
 
@@ -164,13 +163,8 @@ class TrialWorker:
     def __init__(self, settings: WorkerSettings, name: str, kind: str = "") -> None:
         """kind: the device type it was placed for (Placement.kinds), which a simulated
         device takes as its name."""
-        # Started first: its processes boot while this one sets up the device, and begin
-        # on the early configs at once (pumped by the runner until a batch comes).
+        # Started first: its processes boot while this one sets up the device.
         self.pool = make_compiler(settings)
-        if self.pool is not None:
-            for index, config in settings.early.get(os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                                                    ()):
-                self.pool.hint(index, config)
         self.backend = make_backend(settings, kind)
         self.run_id = settings.run
         self.problem_keys = settings.problem_keys
@@ -274,9 +268,7 @@ class TrialWorker:
         idle_since: float | None = None  # since when nothing it holds could run
         while True:
             with self._changed:
-                while not self._changed.wait_for(lambda: bool(self._held), IDLE_PUMP_S):
-                    if self.pool is not None:
-                        self.pool.take(())  # hands its processes hinted configs
+                self._changed.wait_for(lambda: bool(self._held))
                 held_now = list(self._held)
             if self.pool is None:
                 held = held_now[0]

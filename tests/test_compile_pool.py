@@ -375,32 +375,26 @@ def test_a_pool_whose_prepared_server_is_gone_starts_a_server_of_its_own(tmp_pat
         pool.close()
 
 
-def test_a_worker_compiles_its_early_configs_before_any_batch_reaches_it(monkeypatch):
-    # A local run's worker is sent its GPU's first configs (WorkerSettings.early); its
-    # runner hands them to the pool while it holds no batch, so compiles begin as the
-    # pool's processes come up, not when the driver's first batch arrives.
-    from actors import worker as worker_module
-    from actors.protocol import WorkerSettings
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(worker_module, "make_backend", lambda settings, kind: object())
-    settings = WorkerSettings(
-        backend="cuda", kernel="matmul", problem=PROBLEM, trial_timing=(1, 1),
-        finalist_timing=(1, 1), tolerance=None, seed=0, simulate={}, compile_workers=1,
-        early={"": ((7, CONFIG),), "9": ((8, CONFIG),)})
-    worker = worker_module.TrialWorker(settings, "w1")
-    pool = worker.pool
-    assert isinstance(pool, CompilePool)
-    given_up = time.monotonic() + 300  # a hang's guard, not a timing: it takes seconds
+
+def test_a_kernel_configs_problems_compile_one_after_another_to_share_its_binary(
+        monkeypatch, tmp_path):
+    # In a sweep over problems a kernel config's problems mostly share one binary: a
+    # second process compiling it at the same time would pay the whole compile again.
+    tests_on_path(monkeypatch)
+    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20),
+                       problem_keys=("P",))
     try:
-        while True:  # nothing here pumps the pool: only the worker's runner can
-            with pool._lock:
-                if 7 in pool._done:
-                    break
-                assert 8 not in pool._hints and 8 not in pool._done  # another GPU's
-            assert time.monotonic() < given_up, "the early config never compiled"
-            time.sleep(0.05)
-        assert pool._done[7].ok
+        wait_ready(pool)
+        gate = str(tmp_path)
+        pool.submit(0, {"GATE": gate, "ROLE": "wait", "P": 1})  # waits until 2 opens
+        pool.submit(1, {"GATE": gate, "ROLE": "wait", "P": 2})  # 0's binary
+        while not (tmp_path / "waiting").exists():
+            pool.wait(0.01)
+        pool.take(())
+        with pool._lock:  # a process is idle, and 1 waits for 0's binary all the same
+            assert [p.task[0] for p in pool._procs if p is not None and p.task] == [0]
+        pool.submit(2, {"GATE": gate, "ROLE": "open", "P": 1})  # a binary of its own
+        assert all(result(pool, key).ok for key in range(3))
     finally:
         pool.close()

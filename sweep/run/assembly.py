@@ -18,11 +18,10 @@ import pyarrow.compute as pc
 from rich.console import Console
 
 from actors.backends import traits
-from actors.protocol import FORKS, WorkerSettings
+from actors.protocol import WorkerSettings
 from storage.journal import read_attempts
 from storage.records import PRUNED, TrialRecord
 from sweep.console import say
-from sweep.engines.prestart import EARLY_PER_PROCESS
 from sweep.engines.runtime import Placement
 from sweep.results.tally import Tally
 from sweep.run import rundir
@@ -88,8 +87,7 @@ def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
         compile_workers=placement.compile_workers,
         compile_timeout_s=compile_limit.fixed_s if compile_limit else spec.run.compile_limit_s,
         compile_limit_auto=compile_limit.adaptive if compile_limit else False,
-        prestarted=prestarted, early=_early(space, todo, placement, prestarted)
-        if compiles and search is None else {})
+        prestarted=prestarted)
     # Replayed workers share a directory that stands in for Triton's on-disk cache.
     replay_cache = tempfile.mkdtemp(prefix="sweep-replay-") if backend == "replay" else None
     if replay_cache:
@@ -97,21 +95,6 @@ def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
     return Assembly(tally, todo, spent, deaths, pruned_before, search, feed, compile_limit,
                     settings, _limits(spec, backend, placement, compile_limit, max_trials),
                     replay_cache, tally.done)
-
-
-def _early(space: Space, todo: list[int], placement: Placement,
-           prestarted: dict[str, tuple[str, str, int]]
-           ) -> dict[str, tuple[tuple[int, dict[str, Any]], ...]]:
-    """The configs each local GPU's worker compiles from its start (WorkerSettings.early):
-    the first of the order, dealt round the GPUs as the driver deals its first batches,
-    as many as EARLY_PER_PROCESS for each of its compile processes. Only where the pools
-    fork from the prepared server (FORKS): Ray's runs compile early in prestart.py."""
-    gpus = [k for k in prestarted if k != FORKS and not k.startswith("cpu")]
-    if FORKS not in prestarted or not gpus:
-        return {}
-    first = todo[:EARLY_PER_PROCESS * placement.compile_workers * len(gpus)]
-    return {gpu: tuple((i, space.config(i)) for i in first[k::len(gpus)])
-            for k, gpu in enumerate(gpus)}
 
 
 def _resumed(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
