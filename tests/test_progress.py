@@ -11,6 +11,7 @@ from fake_runtime import FakeRuntime, Ok
 from rich.console import Console
 from test_driver import MemoryLog
 
+from actors.protocol import compile_weight
 from storage.records import TrialOutcome, TrialRecord
 from sweep.results.tally import Tally
 from sweep.run import progress
@@ -138,12 +139,16 @@ def test_a_configs_expected_compile_is_the_slowest_seen_no_heavier_within_the_li
     tail = CompileTail(Driver(space, rt, 1, Limits(60, 1, 3, 30), MemoryLog(), Tally(total=50),
                               [], {}, {}, should_stop=lambda: False, on_snapshot=lambda: None),
                        AdaptiveLimit(20.0, adaptive=False))
-    assert tail.expected_s(10) == 0.0  # nothing seen: nothing to expect
+    def weight(a: int) -> float:
+        return compile_weight({"A": a})
+
+    assert tail.expected_s(weight(10)) == 0.0  # nothing seen: nothing to expect
     tail.observe([compiled(5, 2_000), compiled(10, 30_000), compiled(20, 4_000),
                   compiled(30, 10)])  # 10 ms: a cached binary, not a compile
-    assert tail.expected_s(2) == 2.0  # lighter than all seen: the fastest seen
-    assert tail.expected_s(7) == 2.0 and tail.expected_s(25) == 20.0  # 30 s: the limit's 20
-    assert tail.expected_s(40) == 20.0
+    assert tail.expected_s(weight(2)) == 2.0  # lighter than all seen: the fastest seen
+    assert tail.expected_s(weight(7)) == 2.0
+    assert tail.expected_s(weight(25)) == 20.0  # 30 s seen lighter: the limit's 20
+    assert tail.expected_s(weight(40)) == 20.0
 
 
 def compiled(index: int, ms: float) -> TrialRecord:
