@@ -10,7 +10,16 @@ are forked from a server that imported torch, Triton and the kernel once.
 Besides the configs its worker will time (`submit`), the pool takes hints of configs the
 sweep will hand out soon to some worker (`hint`): idle processes compile those into the
 shared cache, so a few slow compiles at the end of a sweep do not run one after another.
-Submitted configs always go first: a speculative compile never delays one a GPU needs.
+Submitted configs always go first.
+
+In a sweep over problems a kernel config's problems mostly share one binary (Triton
+specialises an integer on its divisibility by 16, not its value): compiled by several
+processes at once, each paid the whole compile (0 cache hits in 544 on an H200, results/
+heavy_compiles_adopt_shapes_empty-2026-12-03.parquet). So a process starts no config whose
+binary another is compiling; the rest then find it in Triton's cache. A binary its
+problems do not share after all (a second compile that was no cache hit: M = 1, a size the
+kernel takes as a constexpr) or that compiled past the limit (none reached the cache) is
+held back no more.
 
 A kernel's own package may leave the fork server unfit to fork from: one that asks torch
 for the GPU at import (Liger-Kernel calls torch.cuda.is_available()) initialises CUDA there,
@@ -26,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import json
 import os
 import threading
@@ -39,7 +47,7 @@ from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
 from actors import child, trace
-from actors.compile_limit import Learner, tighter
+from actors.compile_limit import CACHE_HIT_MS, Learner, tighter
 from actors.protocol import CompileLimit
 from storage.records import canonical_json
 
@@ -54,7 +62,6 @@ START_LIMIT_S = 120.0
 MAX_FAILED_STARTS = 3
 NOTICE_CHARS = 300  # the longest reason a notice quotes
 KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
-SCAN = 256  # queued configs (and hints) looked through for one whose binary is not busy
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,11 @@ class CompilePool:
         (address, key, pid) of a fork server started before this pool (child.serve_prepared)
         to fork its processes from, rather than import torch and the kernel once more."""
         self._keys = frozenset(problem_keys)
+        # In a sweep over problems: each config's binary (see _note_binary), those compiled
+        # once, and those its problems turned out not to share.
+        self._binaries: dict[int, str] = {}
+        self._built: set[str] = set()
+        self._unshared: set[str] = set()
         self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
                       "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
                       "problem_keys": list(problem_keys)}
@@ -278,6 +290,7 @@ class CompilePool:
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             self._hints.pop(key, None)
+            self._note_binary(key, config)
             if key not in self._done and not self._in_flight(key):
                 self._queue.append((key, config))
             self._pump()
@@ -285,6 +298,7 @@ class CompilePool:
     def hint(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             if self._down is None and key not in self._done and not self._in_flight(key):
+                self._note_binary(key, config)
                 self._hints[key] = config
             self._pump()
 
@@ -350,6 +364,7 @@ class CompilePool:
                     self._failed_start(i, error)
                 else:
                     self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
+                    self._ended(key, ms)
                     p.task = None
                     trace.note("compile_done", key=key, ms=ms, ok=error is None)
                     if self._learner.add([ms]):
@@ -417,26 +432,38 @@ class CompilePool:
 
     def _next_task(self) -> tuple[tuple[int, Mapping[str, Any]], bool] | None:
         """The first queued config, else the oldest hint (the sweep hands configs out in
-        order), whose binary no process is compiling; and whether it was a hint. In a
-        sweep over problems a kernel config's problems mostly share one binary (Triton
-        specialises on an integer's divisibility by 16, not its value): compiled at once
-        by several processes, each paid the whole compile (1 cache hit in 544 on an
-        H200); one after another, all but the first find it in Triton's cache."""
-        busy = {self._binary(p.task[1]) for p in self._procs
-                if p is not None and p.task is not None} if self._keys else set()
-        for k, task in enumerate(itertools.islice(self._queue, SCAN)):
-            if not busy or self._binary(task[1]) not in busy:
+        order), whose binary no process is compiling (see the module's docstring); and
+        whether it was a hint."""
+        busy = {self._binaries[p.task[0]] for p in self._procs if p is not None
+                and p.task is not None and p.task[0] in self._binaries} - self._unshared
+        for k, task in enumerate(self._queue):
+            if not busy or self._binaries.get(task[0]) not in busy:
                 del self._queue[k]
                 return task, False
-        for key, config in itertools.islice(self._hints.items(), SCAN):
-            if not busy or self._binary(config) not in busy:
+        for key, config in self._hints.items():
+            if not busy or self._binaries.get(key) not in busy:
                 del self._hints[key]
                 return (key, config), True
         return None
 
-    def _binary(self, config: Mapping[str, Any]) -> str:
-        """What decides a config's binary besides the problem: its kernel config."""
-        return canonical_json({k: v for k, v in config.items() if k not in self._keys})
+    def _note_binary(self, key: int, config: Mapping[str, Any]) -> None:
+        """What decides a config's binary besides the integer sizes of its problem: its
+        kernel config, and any problem key that is not an integer (a dtype, a kernel's
+        name in a sweep of several)."""
+        if self._keys and key not in self._binaries:
+            self._binaries[key] = canonical_json({
+                k: v for k, v in config.items() if k not in self._keys
+                or not isinstance(v, int) or isinstance(v, bool)})
+
+    def _ended(self, key: int, ms: float) -> None:
+        """A compile ended: a second of its binary that found no cached one shows its
+        problems do not share it."""
+        binary = self._binaries.get(key)
+        if binary is None:
+            return
+        if binary in self._built and ms >= CACHE_HIT_MS:
+            self._unshared.add(binary)
+        self._built.add(binary)
 
     def _replace(self, i: int, why: str, timed_out: bool = False) -> None:
         p = self._procs[i]
@@ -452,6 +479,7 @@ class CompilePool:
             else:
                 ms = (time.monotonic() - p.since) * 1e3
                 self._done[key] = Compiled(False, ms, why, timed_out=timed_out)
+                self._unshared.add(self._binaries.get(key, ""))
         child.kill(p.child)
         self._restart(i, why)
 

@@ -70,7 +70,8 @@ def compile_weight(config: Mapping[str, Any], problem_keys: Sequence[str] = ()) 
         if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             weight *= value
     warps = config.get("num_warps", 4)
-    return weight / warps if isinstance(warps, int) and warps > 0 else weight
+    usable = isinstance(warps, (int, float)) and not isinstance(warps, bool) and warps > 0
+    return weight / warps if usable else weight
 
 
 @dataclass(frozen=True)

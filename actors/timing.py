@@ -1,5 +1,6 @@
-"""How to time one launch function: CUDA events through Triton on a GPU, the wall clock on
-the CPU interpreter. Both report the median with p20/p80 so the noise stays visible."""
+"""How to time one launch function: CUDA events on a GPU (torch's, as Triton's do_bench
+uses them), the wall clock on the CPU interpreter. Both report the median with p20/p80 so
+the noise stays visible."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _flush: list[Any] = []  # the L2 flush buffer, made once per process
 
 
 def _flushed() -> Any:
+    """The buffer whose zeroing flushes L2, as do_bench's does (one per process)."""
     import torch
 
     if not _flush:
@@ -62,9 +64,9 @@ def repetition_ms(fn: Callable[[], object]) -> float:
 def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timing:
     """Timed as triton.testing.do_bench times (warm-up launches, then each repetition
     behind an L2 flush between its own CUDA events), but sized by one repetition rather
-    than by do_bench's first launch and five more: six launches fewer a config, where a
+    than by do_bench's first launch and five more: five launches fewer a config, where a
     screen of a 2 ms matmul is about eighteen and the GPU is a sweep's bottleneck. At
-    most MAX_SAMPLES repetitions (see capped). The median and p20/p80."""
+    most MAX_SAMPLES flushed repetitions (see capped). The median and p20/p80."""
     import torch
 
     one = repetition_ms(fn)  # fn has run: the caller's validating launch, or this one
@@ -72,7 +74,7 @@ def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timi
     one = max(one, 1e-3)
     for _ in range(max(1, int(warmup_ms / one))):
         fn()
-    n = max(1, int(rep_ms / one))
+    n = min(max(1, int(rep_ms / one)), MAX_SAMPLES)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     flush = _flushed()

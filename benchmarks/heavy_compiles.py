@@ -78,6 +78,7 @@ def run(name: str, spec: Path, tmp: Path, cache: Path, out: Path,
                            str(run_dir), "--force"], cwd=spec.parent, env=env,
                           capture_output=True, text=True, timeout=400)
     exited = time.time()
+    run_dir.mkdir(parents=True, exist_ok=True)  # a sweep that failed early made none
     (run_dir / "command.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     entry: dict[str, Any] = {"name": name, "rc": proc.returncode,
                              "command_s": exited - launched}

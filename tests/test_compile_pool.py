@@ -375,26 +375,37 @@ def test_a_pool_whose_prepared_server_is_gone_starts_a_server_of_its_own(tmp_pat
         pool.close()
 
 
-
-
 def test_a_kernel_configs_problems_compile_one_after_another_to_share_its_binary(
         monkeypatch, tmp_path):
     # In a sweep over problems a kernel config's problems mostly share one binary: a
     # second process compiling it at the same time would pay the whole compile again.
     tests_on_path(monkeypatch)
-    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20),
-                       problem_keys=("P",))
+    pool = CompilePool(3, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20),
+                       problem_keys=("P", "dtype"))
     try:
         wait_ready(pool)
         gate = str(tmp_path)
-        pool.submit(0, {"GATE": gate, "ROLE": "wait", "P": 1})  # waits until 2 opens
-        pool.submit(1, {"GATE": gate, "ROLE": "wait", "P": 2})  # 0's binary
+        wait = {"GATE": gate, "ROLE": "wait", "dtype": "float16"}
+        pool.submit(0, {**wait, "P": 1})  # waits until 3 opens
+        pool.submit(1, {**wait, "P": 2})  # 0's binary: waits for it
+        pool.submit(2, {**wait, "P": 1, "dtype": "float32"})  # another dtype, another binary
         while not (tmp_path / "waiting").exists():
             pool.wait(0.01)
         pool.take(())
         with pool._lock:  # a process is idle, and 1 waits for 0's binary all the same
-            assert [p.task[0] for p in pool._procs if p is not None and p.task] == [0]
-        pool.submit(2, {"GATE": gate, "ROLE": "open", "P": 1})  # a binary of its own
-        assert all(result(pool, key).ok for key in range(3))
+            assert sorted(p.task[0] for p in pool._procs if p is not None and p.task) == \
+                [0, 2]
+        pool.submit(3, {**wait, "ROLE": "open", "P": 1, "BLOCK": 2})  # a binary of its own
+        assert all(result(pool, key).ok for key in range(4))
+        # Two compiles of one binary that both took a compile's time: its problems do not
+        # share it after all (a constexpr size), and it is held back no more.
+        peer = {"GATE": gate, "ROLE": "peer", "dtype": "float16"}
+        pool.submit(4, {**peer, "P": 1})
+        assert result(pool, 4).ok
+        pool.submit(5, {**peer, "P": 2})
+        assert result(pool, 5).ok
+        with pool._lock:
+            assert pool._binaries[5] in pool._unshared
+            assert pool._binaries[0] not in pool._unshared  # 1 took a cache hit's time
     finally:
         pool.close()

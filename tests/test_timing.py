@@ -1,11 +1,15 @@
-"""do_bench's budgets on a GPU: cut to MAX_SAMPLES repetitions for a small kernel, left
-as the spec gives them for one whose budget buys fewer (the GPU path itself runs in
-benchmarks/heavy_compiles.py, on an H200)."""
+"""CUDA timing without a GPU (a scripted clock stands in for torch's events): each
+repetition timed after its L2 flush, sized by one flushed repetition, at most MAX_SAMPLES
+of them for a small kernel. On a GPU it runs in benchmarks/heavy_compiles.py."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
+from actors import timing
 from actors.timing import MAX_SAMPLES, capped
 
 
@@ -19,3 +23,57 @@ def test_a_budget_that_buys_fewer_repetitions_than_the_cap_stands():
     assert capped(25.0, 100.0, repetition_ms=2.0) == (25.0, 100.0)  # 50 repetitions
     assert capped(5.0, 20.0, repetition_ms=None) == (5.0, 20.0)  # not measured
     assert capped(5.0, 20.0, repetition_ms=0.0) == (5.0, 20.0)  # an event pair said 0
+
+
+class FakeGpu:
+    """A GPU clock for time_cuda without a GPU: a launch takes kernel_ms, a flush flush_ms,
+    and an event records the clock when it is recorded."""
+
+    def __init__(self, kernel_ms: float, flush_ms: float) -> None:
+        self.kernel_ms, self.flush_ms, self.now, self.launches = kernel_ms, flush_ms, 0.0, 0
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = 0.0
+
+            def record(self) -> None:
+                self.at = gpu.now
+
+            def elapsed_time(self, end: Event) -> float:
+                return end.at - self.at
+
+            def synchronize(self) -> None:
+                pass
+
+        class Buffer:
+            def zero_(self) -> None:
+                gpu.now += gpu.flush_ms
+
+        self.torch = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(Event=Event, synchronize=lambda: None),
+            empty=lambda *args, **kwargs: Buffer(), int32="int32")
+
+    def launch(self) -> None:
+        self.now += self.kernel_ms
+        self.launches += 1
+
+
+def timed(monkeypatch, gpu: FakeGpu, warmup_ms: float, rep_ms: float):
+    monkeypatch.setitem(sys.modules, "torch", gpu.torch)
+    monkeypatch.setattr(timing, "_flush", [])
+    return timing.time_cuda(gpu.launch, warmup_ms, rep_ms)
+
+
+def test_each_repetition_is_timed_after_its_flush_sized_by_one_flushed_repetition(monkeypatch):
+    gpu = FakeGpu(kernel_ms=2.0, flush_ms=0.5)
+    t = timed(monkeypatch, gpu, warmup_ms=5.0, rep_ms=20.0)
+    assert (t.median_ms, t.p20_ms, t.p80_ms) == (2.0, 2.0, 2.0)  # the flush is not in it
+    # one repetition to size it (2.5 ms), 2 warm-ups in 5 ms, 8 repetitions in 20 ms
+    assert gpu.launches == 1 + 2 + 8
+
+
+def test_a_small_kernel_gets_max_samples_repetitions_however_long_the_budget(monkeypatch):
+    gpu = FakeGpu(kernel_ms=0.05, flush_ms=0.05)
+    timed(monkeypatch, gpu, warmup_ms=25.0, rep_ms=100.0)  # 1000 repetitions uncut
+    assert gpu.launches == 1 + 25 + MAX_SAMPLES  # warm-up cut in proportion: 2.5 ms
