@@ -1,9 +1,12 @@
-"""The trial worker: a Ray actor that owns one GPU (or one CPU for the interpreter, or one
-simulated GPU) and runs the trials the driver hands it, streaming a record per trial.
+"""The trial worker: owns one GPU (or one CPU for the interpreter, or one simulated GPU)
+and runs the trials the driver hands it, streaming a record per trial. The same object runs
+in a process of this machine (actors/worker_host.py, the local runtime's) or as a Ray actor
+(sweep/engines/ray_runtime.py).
 
-run() is a Ray generator, one call per batch, so the driver sees each trial finish as it
-happens. The actor is threaded: a batch the driver queues behind the running one arrives
-at once, and its configs go to the compile pool while the GPU still times earlier ones.
+run() yields per batch, one call per batch (a Ray generator on Ray), so the driver sees each
+trial finish as it happens. It is threaded: a batch the driver queues behind the running one
+arrives at once, and its configs go to the compile pool while the GPU still times earlier
+ones.
 
 One thread of the worker, the runner, owns the device and runs every trial. With a compile
 pool it runs whichever held config has finished compiling (the oldest batch first), so the

@@ -23,7 +23,7 @@ from sweep.console import Output
 from sweep.observers import TrialCallback, TrialsJsonl
 from sweep.result import BestConfig, ProblemBest, SweepResult
 from sweep.run.stop import StopController
-from sweep.spec import BACKENDS, RUNTIMES, SpecError
+from sweep.spec import BACKEND_CHOICES, RUNTIMES, SpecError
 from sweep.spec.constraints import clip_repr
 
 if TYPE_CHECKING:
@@ -56,8 +56,8 @@ def run(spec: SpecLike, *, out: str | Path | None = None, backend: str | None = 
         _path(spec, "spec", "a spec file's path (a str or os.PathLike) or a mapping",
               optional=False)
     out_dir = _path(None if out == "" else out, "out")  # "": not given, as before
-    if backend is not None and backend not in BACKENDS:
-        raise SpecError(f"backend: expected one of {', '.join(BACKENDS)} or None, "
+    if backend is not None and backend not in BACKEND_CHOICES:
+        raise SpecError(f"backend: expected one of {', '.join(BACKEND_CHOICES)} or None, "
                         f"got {clip_repr(backend)}")
     _flag(force, "force")
     _common(address, runtime, max_trials, time_budget_s, cache_partial, trials_jsonl, quiet,

@@ -2,7 +2,8 @@
 
 The driver (sweep/run/driver.py) decides what runs where, what a death or a silence means and
 when to give up; a Runtime starts workers, hands them batches, reports what happened as
-events and kills them. sweep/engines/ray_runtime.py is the real one (Ray actors); the tests drive
+events and kills them. Two run real workers: sweep/engines/local_runtime.py (processes of this
+machine, the default on one) and sweep/engines/ray_runtime.py (Ray actors); the tests drive
 the same rules through an in-process runtime with a clock they control
 (tests/fake_runtime.py), so fault paths are tested deterministically in milliseconds.
 

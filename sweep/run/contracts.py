@@ -10,7 +10,9 @@ from typing import Literal, Protocol
 from storage.records import TrialRecord
 from sweep.results.tally import Tally
 
-Ending = Literal["complete", "stopped", "budget"]
+# How the driver's trial loop ended (Driver.run); the session's own end is request.py's
+# SessionEnd.
+DriverEnd = Literal["complete", "stopped", "budget"]
 
 
 @dataclass(frozen=True)

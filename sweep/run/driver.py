@@ -43,7 +43,7 @@ from sweep.engines.runtime import (
     WorkerUp,
 )
 from sweep.results.tally import Tally
-from sweep.run.contracts import DriverFailed, Ending, Limits, Observer, SpentAttempt, TrialLog
+from sweep.run.contracts import DriverEnd, DriverFailed, Limits, Observer, SpentAttempt, TrialLog
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
 from sweep.run.retiming import Retiming
 from sweep.run.slots import HeldBatch, Slot
@@ -152,7 +152,7 @@ class Driver(Retiming):
                                 f"{self.limits.start_timeout_s:g} s (no free resources for it?)")
 
     # --- the loop ------------------------------------------------------------------------
-    def run(self) -> Ending:
+    def run(self) -> DriverEnd:
         if not self.queue:
             return "complete"
         # A search queues its batches as outcomes come in: every worker has work soon.

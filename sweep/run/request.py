@@ -26,7 +26,7 @@ class Request:
 
 
 @dataclass
-class Ending:
+class SessionEnd:
     """How the session ended, beyond its exit code: for the Python API's result."""
 
     state: str  # a snapshot state; "cached": nothing ran, the cache answered

@@ -41,7 +41,7 @@ from storage.versions import installed_versions
 from sweep.results.tally import Tally
 from sweep.run.contracts import SpentAttempt
 from sweep.search.strategies import SearchPlan
-from sweep.spec import BACKENDS, Spec, SpecError, name_problem
+from sweep.spec import BACKEND_CHOICES, Spec, SpecError, name_problem
 from sweep.spec.space import Space
 
 META = "run.json"
@@ -147,7 +147,7 @@ def read_meta(run: RunDir) -> dict[str, Any]:
     if not isinstance(out["total"], int) or isinstance(out["total"], bool) or \
             out["total"] < 0 or not all(
             isinstance(out[k], str) for k in ("fingerprint", "declared", "name", "backend")) \
-            or out["backend"] not in BACKENDS:
+            or out["backend"] not in BACKEND_CHOICES:
         raise SpecError(f"{run.meta}: unreadable (a value of the wrong type)")
     if name_problem(out["name"]) is not None:
         raise SpecError(f"{run.meta}: unreadable (its name {printable(out['name'], 40)!r} "

@@ -50,7 +50,7 @@ from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.finish import Finish, after_trials
 from sweep.run.progress import ProgressReporter
-from sweep.run.request import Ending, Request
+from sweep.run.request import Request, SessionEnd
 from sweep.run.rundir import Loaded, RunDir, RunLog
 from sweep.run.stop import StopController
 from sweep.search.plan import plan_search
@@ -107,7 +107,7 @@ class Session:
     # What a search decided when the run was created (see rundir.create); from run.json
     # on resume.
     meta_search: SearchPlan | None = None
-    ending: Ending | None = None  # set once execute() has decided
+    ending: SessionEnd | None = None  # set once execute() has decided
     answers: CacheAnswers = field(default_factory=CacheAnswers)
     io: Output = field(default_factory=Output.silent)  # the command's, once execute() runs
 
@@ -206,7 +206,7 @@ class Session:
             if self.retry else ""
         self.io.result(f"{self.path}: already complete ({len(self.space)} trials); "
                        + nothing + repair.repair_complete(run, self.spec, self.space, loaded))
-        self.ending = Ending("complete")
+        self.ending = SessionEnd("complete")
         if not pc.any(pc.equal(loaded.records.column("status"), "ok")).as_py():
             _print_errors(self.io.out, loaded.records)
             return EXIT_NONE_WORKED
@@ -215,7 +215,7 @@ class Session:
     def _answered(self, hits: list[cache.CacheEntry]) -> bool:
         if hits:
             cache_policy.print_cached(self.io.out, self.spec, self.space, hits)
-            self.ending = Ending("cached", cached=hits)
+            self.ending = SessionEnd("cached", cached=hits)
         return bool(hits)
 
     def _connect(self, run: RunDir, engine: Engine, loaded: Loaded | None,
@@ -379,7 +379,7 @@ class Session:
         # A retry stopped partway goes on only if asked again: say so in the hint.
         again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
         spent_budget = state == "interrupted" and not stop.requested and drove.budget.spent()
-        self.ending = Ending(state)
+        self.ending = SessionEnd(state)
         # Cached before the summary is printed: a closed stdout (`| head -1`) must not
         # lose it.
         partial = state != "complete" or unsettled

@@ -14,7 +14,7 @@ loader (load_spec's steps).
 from sweep.spec.kernels import check_dtype_for_backend
 from sweep.spec.loader import load_spec
 from sweep.spec.model import (
-    BACKENDS,
+    BACKEND_CHOICES,
     INT64_MAX,
     INT64_MIN,
     KERNEL_FREE,
@@ -50,7 +50,7 @@ from sweep.spec.yaml_loader import read_spec_text
 
 __all__ = [
     "AT_LEAST_ONE",
-    "BACKENDS",
+    "BACKEND_CHOICES",
     "COUNT",
     "FRACTION",
     "INT64_MAX",

@@ -27,7 +27,7 @@ from sweep.spec.space import (
 )
 from sweep_kernels import CAPTURE
 
-BACKENDS = CHOICES
+BACKEND_CHOICES = CHOICES  # run.backend, --backend and the API: auto and the registry's names
 RUNTIMES = ("auto", "local", "ray")  # run.runtime and --runtime
 # Backends that run no kernel code: nothing is imported for them.
 KERNEL_FREE = tuple(name for name, b in REGISTRY.items() if not b.kernel)

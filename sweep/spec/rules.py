@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sweep.spec.constraints import clip_repr, clip_text
 from sweep.spec.model import (
-    BACKENDS,
+    BACKEND_CHOICES,
     RUNTIMES,
     ReplayOptions,
     RunOptions,
@@ -64,7 +64,7 @@ _CHECKS: dict[type, dict[str, Check]] = {
     Screen: {"warmup_ms": NON_NEGATIVE, "rep_ms": POSITIVE},
     Tolerance: {"rtol": NON_NEGATIVE, "atol": NON_NEGATIVE},
     RunOptions: {
-        "backend": (lambda v: v in BACKENDS, "one of " + ", ".join(BACKENDS)),
+        "backend": (lambda v: v in BACKEND_CHOICES, "one of " + ", ".join(BACKEND_CHOICES)),
         "runtime": (lambda v: v in RUNTIMES, "one of " + ", ".join(RUNTIMES)),
         "trial_timeout_s": POSITIVE, "max_retries": COUNT, "snapshot_every_s": POSITIVE,
         "drain_s": NON_NEGATIVE, "workers": (lambda v: v is None or AT_LEAST_ONE[0](v),

@@ -19,7 +19,7 @@ from sweep.spec.constraints import (
     parse_constraint,
 )
 from sweep.spec.model import (
-    BACKENDS,
+    BACKEND_CHOICES,
     LAUNCH_OPTIONS,
     MAX_NAME_CHARS,
     MAX_POINTS,
@@ -56,8 +56,8 @@ def read_run(r: Reader, value: Any, backend: str | None) -> RunOptions:
     if run.accelerator_types is not None:
         run = replace(run, accelerator_types=tuple(run.accelerator_types))
     if backend is not None:
-        if backend not in BACKENDS:
-            raise SpecError(f"--backend: expected one of {', '.join(BACKENDS)}, "
+        if backend not in BACKEND_CHOICES:
+            raise SpecError(f"--backend: expected one of {', '.join(BACKEND_CHOICES)}, "
                             f"got {clip_repr(backend)}")
         run = replace(run, backend=backend)
     return run
