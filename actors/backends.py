@@ -35,6 +35,15 @@ def traits(name: str) -> BackendTraits:
     return BACKENDS[name]
 
 
+def resolve(requested: str, gpus: int) -> str:
+    """The backend a request means where its workers find `gpus` GPUs: auto is cuda with
+    a GPU, else interpret; any other is itself (whether it can run there is the caller's
+    to say). The one place auto is decided."""
+    if requested != AUTO:
+        return requested
+    return "cuda" if gpus else "interpret"
+
+
 def may_use_gpu(name: str) -> bool:
     """Whether a requested backend (auto included) may run on GPUs."""
     return name == AUTO or BACKENDS[name].gpu

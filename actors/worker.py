@@ -163,12 +163,17 @@ class _Held:
 
 
 class TrialWorker:
-    def __init__(self, settings: WorkerSettings, name: str, kind: str = "") -> None:
+    def __init__(self, settings: WorkerSettings, name: str, kind: str = "",
+                 parts: tuple[Backend, Compiler | None] | None = None) -> None:
         """kind: the device type it was placed for (Placement.kinds), which a simulated
-        device takes as its name."""
-        # Started first: its processes boot while this one sets up the device.
-        self.pool = make_compiler(settings)
-        self.backend = make_backend(settings, kind)
+        device takes as its name. parts: its backend and compile pool, where the caller
+        has them (a test's fakes); else made from settings."""
+        if parts is not None:
+            self.backend, self.pool = parts
+        else:
+            # Started first: its processes boot while this one sets up the device.
+            self.pool = make_compiler(settings)
+            self.backend = make_backend(settings, kind)
         self.run_id = settings.run
         self.problem_keys = settings.problem_keys
         self.name = name

@@ -221,3 +221,23 @@ def test_simulate_resources_on_the_local_runtime_are_refused_in_one_line(tmp_pat
         f"error: {spec}: simulate.resources: asks Ray for resources, and this run's runtime "
         "is local (run.runtime: ray, or --address, runs it on Ray)"]
     assert not (tmp_path / "run").exists()
+
+
+def test_auto_is_cuda_where_a_gpu_is_else_interpret_and_cuda_without_one_says_why():
+    from dataclasses import replace
+
+    from actors.backends import resolve
+    from sweep.engines.local_engine import LocalEngine
+    from sweep.spec import SpecError, load_spec
+
+    spec = load_spec(ROOT / "configs" / "quickstart.yaml", import_kernel=False)
+    asking = {b: replace(spec, run=replace(spec.run, backend=b)) for b in ("auto", "cuda")}
+    engine = LocalEngine()
+    engine._gpus = {}  # what the machine has, as gpus() found it
+    assert engine.resolve_backend(asking["auto"]) == "interpret"
+    with pytest.raises(SpecError, match=r"run\.backend: cuda, but this machine has no GPU"):
+        engine.resolve_backend(asking["cuda"])
+    engine._gpus = {"0": "H200"}
+    assert engine.resolve_backend(asking["auto"]) == "cuda"
+    assert [resolve(b, 0) for b in ("auto", "simulate", "cuda")] == \
+        ["interpret", "simulate", "cuda"]

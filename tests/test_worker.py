@@ -109,11 +109,9 @@ class RecordingBackend:
         raise AssertionError
 
 
-def make_worker(monkeypatch, pool: ScriptedPool) -> tuple[TrialWorker, RecordingBackend]:
+def make_worker(pool: ScriptedPool) -> tuple[TrialWorker, RecordingBackend]:
     backend = RecordingBackend()
-    monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
-    monkeypatch.setattr(worker, "make_backend", lambda settings, kind="": backend)
-    return TrialWorker(SETTINGS, "w1"), backend
+    return TrialWorker(SETTINGS, "w1", parts=(backend, pool)), backend
 
 
 def trials(*indices: int) -> list[tuple[int, dict[str, Any], int]]:
@@ -135,7 +133,7 @@ def one_by_one(stream: Iterator[list[Any]]) -> Iterator[Any]:
 
 def test_the_config_compiled_first_runs_first_and_each_start_is_announced(monkeypatch):
     pool = ScriptedPool()
-    w, backend = make_worker(monkeypatch, pool)
+    w, backend = make_worker(pool)
     stream = one_by_one(w.run(Batch(0, trials(0, 1, 2))))
     pool.finish(2)  # configs 0 and 1 are still compiling
     first = [next(stream), next(stream), next(stream)]
@@ -154,7 +152,7 @@ def test_the_config_compiled_first_runs_first_and_each_start_is_announced(monkey
 
 def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch):
     pool = ScriptedPool()
-    w, _ = make_worker(monkeypatch, pool)
+    w, _ = make_worker(pool)
     first: list[object] = []
     reader = threading.Thread(target=lambda: first.extend(one_by_one(w.run(Batch(0, trials(0))))))
     reader.start()  # as Ray runs each batch's call on a thread of its own
@@ -175,7 +173,7 @@ def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch)
 
 def test_before_any_compile_process_is_up_the_worker_compiles_itself(monkeypatch):
     pool = ScriptedPool(up=False)
-    w, backend = make_worker(monkeypatch, pool)
+    w, backend = make_worker(pool)
     messages = list(one_by_one(w.run(Batch(0, trials(0, 1)))))
     records = [m for m in messages if isinstance(m, TrialRecord)]
     assert [r.index for r in records] == [0, 1]
@@ -235,7 +233,7 @@ def test_a_failure_on_a_batchs_last_trial_ends_that_batchs_stream(monkeypatch):
     # The batch leaves the worker's holdings when its last trial is taken; a failure while
     # running that trial must still reach its stream, or the driver waits on it for ever.
     pool = ScriptedPool()
-    w, backend = make_worker(monkeypatch, pool)
+    w, backend = make_worker(pool)
 
     def broken(config, seed, compiled=None):
         raise RuntimeError("the launching process failed to start")
@@ -260,7 +258,7 @@ def test_a_failure_on_a_batchs_last_trial_ends_that_batchs_stream(monkeypatch):
 def test_before_its_pool_is_up_the_worker_compiles_the_likely_quickest_config_first(
         monkeypatch):
     pool = ScriptedPool(up=False, down=True)  # a pool that cannot start: all compile here
-    w, backend = make_worker(monkeypatch, pool)
+    w, backend = make_worker(pool)
     big, small = {"i": 0, "BLOCK": 256, "num_stages": 4}, {"i": 1, "BLOCK": 16, "num_stages": 2}
     list(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
     assert [i for i, _ in backend.ran] == [1, 0]  # the small tile first, not the order sent
@@ -272,7 +270,7 @@ def test_a_heavy_config_waits_for_the_pool_rather_than_compile_where_no_limit_st
     # whole of the trial's 60 s timeout (its compile is minutes), and the driver ended the
     # worker; in the pool the compile limit stops it.
     pool = ScriptedPool(up=False)
-    w, backend = make_worker(monkeypatch, pool)
+    w, backend = make_worker(pool)
     big, small = {"i": 0, "BLOCK": 8192, "ROWS": 32}, {"i": 1, "BLOCK": 2048, "ROWS": 1}
     stream = one_by_one(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
     assert next(stream) == BatchStarted()
@@ -337,9 +335,7 @@ def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(m
             return super().run_trial(config, compiled)
 
     backend = FirstTrialOutlastsPoolStart()
-    monkeypatch.setattr(worker, "make_compiler", lambda settings: pool)
-    monkeypatch.setattr(worker, "make_backend", lambda settings, kind="": backend)
-    w = TrialWorker(SETTINGS, "w1")
+    w = TrialWorker(SETTINGS, "w1", parts=(backend, pool))
     try:
         configs = [(i, {**CONFIG, "BLOCK_N": 16 * (i + 1), "i": i}, 1) for i in range(4)]
         messages = list(one_by_one(w.run(Batch(0, configs))))

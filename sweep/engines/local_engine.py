@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from actors.backends import AUTO, traits
+from actors.backends import AUTO, resolve, traits
 from actors.protocol import WorkerSettings
 from storage.cache import library_versions
 from sweep.engines import machine
@@ -47,7 +47,7 @@ class LocalEngine:
             raise SpecError(f"{spec.path}: run.backend: cuda, but this machine has no GPU "
                             "(use auto or interpret to run on the CPU, or --address to "
                             "join a Ray cluster that has GPUs)")
-        return "cuda" if gpus else "interpret"
+        return resolve(requested, gpus)
 
     def placement(self, spec: Spec, backend: str) -> Placement:
         cap = spec.run.workers

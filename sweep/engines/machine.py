@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from actors.backends import AUTO, may_use_gpu, traits
+from actors.backends import may_use_gpu, resolve, traits
 
 
 def cpus() -> int:
@@ -88,8 +88,10 @@ def local_devices(backend: str) -> list[str] | None:
     if not may_use_gpu(backend):
         return ["cpu-interpreter"] if traits(backend).interpreted else None
     gpus = gpus_by_id()
-    if not gpus:  # no GPU: auto interprets
-        return ["cpu-interpreter"] if backend == AUTO else None
+    if resolve(backend, len(gpus)) == "interpret":  # auto, with no GPU here
+        return ["cpu-interpreter"]
+    if not gpus:  # cuda asked of a machine without one: the engine will say so
+        return None
     names = sorted(set(gpus.values()))
     return None if "" in names else names
 

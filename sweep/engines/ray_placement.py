@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from actors.backends import AUTO, traits
+from actors.backends import AUTO, resolve, traits
 from sweep.engines import machine
 from sweep.engines.placement import kinds_for
 from sweep.engines.ray_runtime import TYPE_RESOURCE
@@ -26,9 +26,7 @@ def resolve_backend(spec: Spec) -> str:
     if requested != AUTO and traits(requested).gpu and gpus == 0:
         raise SpecError(f"{spec.path}: run.backend: cuda, but the Ray cluster has no GPU "
                         "(use auto or interpret to run on the CPU)")
-    if requested == AUTO:
-        return "cuda" if gpus > 0 else "interpret"
-    return requested
+    return resolve(requested, gpus)
 
 
 def device_types() -> dict[str, int]:

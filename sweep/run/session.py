@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 
-from actors.backends import may_interpret, may_use_gpu
+from actors.backends import may_interpret, resolve
 from storage import cache
 from storage.lock import RunDirLock
 from storage.snapshot import write_snapshot
@@ -426,7 +426,7 @@ class Session:
         on the local runtime, whose workers adopt them, each worker's launcher (which
         imports torch and the kernel)."""
         backend = self.spec.run.backend
-        if may_use_gpu(backend) and machine.visible_gpus():
+        if resolve(backend, len(machine.visible_gpus())) == "cuda":
             every = most(self.spec.search, self.space.sizes) is None
             return Prestart.begin(worker_settings(self.spec, "cuda"), ((
                 i, self.space.config(i)) for i in self._full_order()) if every else (),
