@@ -1,7 +1,7 @@
 """The trial worker: owns one GPU (or one CPU for the interpreter, or one simulated GPU)
 and runs the trials the driver hands it, streaming a record per trial. The same object runs
 in a process of this machine (actors/worker_host.py, the local runtime's) or as a Ray actor
-(sweep/engines/ray_runtime.py).
+(sweep/engines/ray/runtime.py).
 
 run() yields per batch, one call per batch (a Ray generator on Ray), so the driver sees each
 trial finish as it happens. It is threaded: a batch the driver queues behind the running one

@@ -238,7 +238,7 @@ def _call(call: Invoke, request: Request, quiet: bool, asked: threading.Event | 
     stop = StopController(exit_at_once=False,
                           asked=asked.is_set if asked is not None else lambda: False)
     stop.install()
-    try:  # on Ray, with the process's other calls (see sweep/engines/ray_engine.py)
+    try:  # on Ray, with the process's other calls (see sweep/engines/ray/engine.py)
         code, session = call(request, stop, Output.standard(quiet), started)
     except SpecError as e:
         if rename is None:

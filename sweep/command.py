@@ -87,7 +87,7 @@ def main() -> int:
     # (2-3.5 s; forever with a thread stuck inside ray.init or a lost head). A private
     # Ray instance's processes are ended; a cluster it joined sees its driver gone and
     # ends its workers; the local runtime's workers are gone already.
-    private_ray = sys.modules.get("sweep.engines.private_ray")
+    private_ray = sys.modules.get("sweep.engines.ray.private")
     if private_ray is not None:
         private_ray.end_private_now()
     for stream in (sys.stdout, sys.stderr):

@@ -365,7 +365,7 @@ def test_a_gpu_entry_answers_only_a_gpu_of_exactly_its_name():
 
 @pytest.mark.slow  # a task on the session's Ray
 def test_naming_the_gpus_gives_up_when_none_answers(ray_local):
-    from sweep.engines import ray_placement as cluster
+    from sweep.engines.ray import placement as cluster
 
     # This cluster has no GPU: the task cannot start, and the check must not hang.
     assert cluster.gpu_names([""], timeout_s=1) is None

@@ -152,7 +152,7 @@ def test_while_joining_rays_token_refusals_are_caught_and_other_lines_pass(tmp_p
     # In a process of its own: the filter works on fd 2 itself.
     script = f"""
 import os
-from sweep.engines.ray_join import _RaysStderr
+from sweep.engines.ray.join import _RaysStderr
 with _RaysStderr() as watch:
     for i in range(200):
         os.write(2, b"other line %d\\n" % i)
@@ -172,7 +172,7 @@ print("refused")
 
 def test_a_cluster_another_user_started_here_is_not_joined_and_the_run_says_why(
         tmp_path, monkeypatch):
-    from sweep.engines import ray_join as cluster
+    from sweep.engines.ray import join as cluster
 
     listener = socket.create_server(("127.0.0.1", 0))  # a head that answers
     record = tmp_path / "ray_current_cluster"

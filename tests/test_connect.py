@@ -29,7 +29,7 @@ def test_an_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
     result = sweep_proc("run", spec, "--out", tmp_path / "run", "--address", "127.0.0.1:1",
                         timeout=60)
     # The line below says the probe answered; the bound, with room for a busy machine's
-    # start-up, that no join was waited out (ray_join.CONNECT_TIMEOUT_S is 30 s).
+    # start-up, that no join was waited out (join.CONNECT_TIMEOUT_S is 30 s).
     assert time.monotonic() - t0 < 25
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -76,7 +76,7 @@ def test_a_sigterm_while_ray_is_joining_a_silent_address_stops_at_once(tmp_path)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-        # Well before the 30 s a join is given (ray_join.CONNECT_TIMEOUT_S), with room for
+        # Well before the 30 s a join is given (join.CONNECT_TIMEOUT_S), with room for
         # a busy machine's exit.
         assert time.monotonic() - t0 < 20
     finally:
@@ -104,8 +104,9 @@ def test_a_sigterm_while_the_local_ray_starts_is_a_clean_stop(tmp_path):
 
 def test_the_project_root_is_where_ray_starts_its_workers():
     # Ray puts the driver's working directory first on every worker's sys.path.
-    import sweep.engines.cluster
+    import sweep.engines.ray.cluster
 
-    assert (sweep.engines.cluster.NEUTRAL_DIR / "storage" / "journal.py").exists()
-    cluster = sweep.engines.cluster
-    assert Path(cluster.NEUTRAL_DIR, "sweep", "engines", "cluster.py").samefile(cluster.__file__)
+    assert (sweep.engines.ray.cluster.NEUTRAL_DIR / "storage" / "journal.py").exists()
+    cluster = sweep.engines.ray.cluster
+    here = Path(cluster.NEUTRAL_DIR, "sweep", "engines", "ray", "cluster.py")
+    assert here.samefile(cluster.__file__)

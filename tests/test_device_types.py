@@ -13,7 +13,7 @@ from test_driver import make
 
 from actors.simulate import SimulatedBackend, draws
 from storage.records import Best, TrialOutcome, TrialRecord
-from sweep.engines.ray_placement import placement
+from sweep.engines.ray.placement import placement
 from sweep.results.tally import Tally
 from sweep.spec import SpecError, load_spec
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from sweep.engines.ray_runtime import RayRuntime, _Actor
+from sweep.engines.ray.runtime import RayRuntime, _Actor
 from sweep.engines.runtime import Placement, RetimeAbandoned
 
 

@@ -335,7 +335,7 @@ def test_report_of_a_damaged_table_is_one_line(tmp_path, capsys):
 
 def test_a_session_works_on_absolute_paths_whatever_was_typed(stopped_run, tmp_path,
                                                                 monkeypatch):
-    # Ray's start changes the working directory for a moment (sweep/engines/cluster.py), while
+    # Ray's start changes the working directory for a moment (sweep/engines/ray/cluster.py), while
     # another thread may be reading the run directory: a relative path would read another.
 
     from sweep.run.session import Session

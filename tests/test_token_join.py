@@ -91,7 +91,7 @@ def run(*args: str | Path, env: dict[str, str], timeout: float = 120
 
 
 def test_the_head_runs_with_token_authentication_as_its_gcs_environment_says(head):
-    from sweep.engines import ray_tokens as cluster
+    from sweep.engines.ray import tokens as cluster
 
     assert cluster._head_uses_token(f"127.0.0.1:{head.port}") is True
     assert cluster._head_uses_token("127.0.0.1:1") is None  # no such head: cannot tell

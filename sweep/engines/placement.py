@@ -1,5 +1,5 @@
 """Which device type each worker asks for: shared by the engines (sweep/engines/local_engine.py,
-sweep/engines/ray_placement.py), which differ only in how they count the devices."""
+sweep/engines/ray/placement.py), which differ only in how they count the devices."""
 
 from __future__ import annotations
 

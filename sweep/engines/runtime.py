@@ -3,7 +3,7 @@
 The driver (sweep/run/driver.py) decides what runs where, what a death or a silence means and
 when to give up; a Runtime starts workers, hands them batches, reports what happened as
 events and kills them. Two run real workers: sweep/engines/local_runtime.py (processes of this
-machine, the default on one) and sweep/engines/ray_runtime.py (Ray actors); the tests drive
+machine, the default on one) and sweep/engines/ray/runtime.py (Ray actors); the tests drive
 the same rules through an in-process runtime with a clock they control
 (tests/fake_runtime.py), so fault paths are tested deterministically in milliseconds.
 
@@ -197,7 +197,7 @@ class Runtime(Protocol):
 
 class Engine(Protocol):
     """Where a run's workers live and what they may use: this machine's own processes
-    (sweep/engines/local_runtime.py) or a Ray cluster (sweep/engines/ray_engine.py). A
+    (sweep/engines/local_runtime.py) or a Ray cluster (sweep/engines/ray/engine.py). A
     session is handed one, as Ray Tune's controller is handed its resource manager, and
     asks it in turn: connect, the backend and placement it allows, then a Runtime for the
     driver."""

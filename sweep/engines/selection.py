@@ -66,6 +66,6 @@ def choose(asked: str | None, spec_runtime: str, address: str | None,
         from sweep.engines.local_engine import LocalEngine
 
         return LocalEngine()
-    from sweep.engines.ray_engine import RayEngine
+    from sweep.engines.ray.engine import RayEngine
 
     return RayEngine(address, shut_down=shut_down)

@@ -57,7 +57,8 @@ def checked_path(path: Path, what: str) -> Path:
 
 def run_path(path: Path, what: str) -> Path:
     """A run directory's path, absolute: Ray's start changes the working directory for a
-    moment (see sweep/engines/cluster.py) while another thread may be reading the run directory."""
+    moment (see sweep/engines/ray/cluster.py) while another thread may be reading the run
+    directory."""
     return checked_path(path, what).absolute()
 
 
@@ -86,7 +87,7 @@ def open_new(spec_path: Path, out: Path | None, backend: str | None, command: st
         give_back(lock, created)
         raise
     # Read from this directory, not the current one: connecting to Ray changes that for a
-    # moment (see sweep/engines/cluster.py) while this thread may be reading.
+    # moment (see sweep/engines/ray/cluster.py) while this thread may be reading.
     here = Path.cwd()
 
     def importer() -> Future[Spec]:

@@ -16,7 +16,7 @@ class Request:
     """What one `sweep run` or `sweep resume` (or a call of the Python API) asks for
     besides the spec or run directory."""
 
-    address: str | None = None  # the Ray cluster (see ray_join.target)
+    address: str | None = None  # the Ray cluster (see sweep/engines/ray/join.py's target)
     runtime: str | None = None  # --runtime: local | ray | auto (None: the spec's run.runtime)
     max_trials: int | None = None  # at most this many trials, then stop resumably
     time_budget_s: float | None = None  # stop resumably this long after the call began

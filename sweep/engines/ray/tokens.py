@@ -8,7 +8,7 @@ from pathlib import Path
 
 import ray
 
-from sweep.engines import procfs
+from sweep.engines.ray import procfs
 
 
 def no_token_here(named: str = "--address") -> str:

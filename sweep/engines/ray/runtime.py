@@ -211,7 +211,7 @@ class RayRuntime:
     def __init__(self, settings: WorkerSettings, placement: Placement, batches: int,
                  typed: Collection[str] = ()) -> None:
         """batches: the most a worker holds at once (Limits.max_batches). typed: the
-        device types the cluster's nodes are labelled with (see ray_placement.device_types)."""
+        device types the cluster's nodes are labelled with (see placement.device_types)."""
         self.settings = settings
         self.placement = placement
         self.batches = batches

@@ -1,5 +1,5 @@
 """The Ray engine: a run's workers as actors of a Ray cluster, joined or started
-(sweep/engines/cluster.py), driven through RayRuntime (sweep/engines/ray_runtime.py)."""
+(sweep/engines/ray/cluster.py), driven through RayRuntime (sweep/engines/ray/runtime.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from actors.protocol import WorkerSettings
-from sweep.engines import cluster, ray_placement
-from sweep.engines.ray_runtime import RayRuntime
+from sweep.engines.ray import cluster
+from sweep.engines.ray import placement as ray_placement
+from sweep.engines.ray.runtime import RayRuntime
 from sweep.engines.runtime import Placement
 from sweep.spec import Spec
 

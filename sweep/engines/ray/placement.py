@@ -13,7 +13,7 @@ import ray
 from actors.backends import AUTO, resolve, traits
 from sweep.engines import machine
 from sweep.engines.placement import kinds_for
-from sweep.engines.ray_runtime import TYPE_RESOURCE
+from sweep.engines.ray.runtime import TYPE_RESOURCE
 from sweep.engines.runtime import Placement
 from sweep.spec import Spec, SpecError
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import ray
 
-from sweep.engines import private_ray
-from sweep.engines.ray_join import join, named_by, not_joined, target
-from sweep.engines.ray_tokens import send_token_here
+from sweep.engines.ray import private as private_ray
+from sweep.engines.ray.join import join, named_by, not_joined, target
+from sweep.engines.ray.tokens import send_token_here
 from sweep.spec import SpecError
 
 # Where Ray's processes start: Ray puts the driver's working directory first on every
 # worker's sys.path, where a user's own `storage/` or `actors/` folder would replace this
 # project's packages. The directory holding this project's packages is safe there.
-NEUTRAL_DIR = Path(__file__).resolve().parents[2]
+NEUTRAL_DIR = Path(__file__).resolve().parents[3]
 
 _lost = threading.Event()
 

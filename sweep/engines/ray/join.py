@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from sweep.engines import machine
-from sweep.engines.ray_tokens import no_token_here, refused_token
+from sweep.engines.ray.tokens import no_token_here, refused_token
 from sweep.engines.runtime import ConnectAbandoned
 from sweep.spec import SpecError
 

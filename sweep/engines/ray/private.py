@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from sweep import SweepFailed
-from sweep.engines import procfs
+from sweep.engines.ray import procfs
 from sweep.engines.runtime import ConnectAbandoned
 
 # A local start that times out (its raylet slow to register on a loaded machine, Ray's
