@@ -5,7 +5,8 @@ compile the configs it will time next (Triton's `warmup`, which compiles without
 launching) while it times the current one; its own first launch then loads the binary from
 Triton's on-disk cache, shared by every process of the user on the node. A compile past
 its limit is killed with its whole process group and the process replaced. The processes
-are forked from a server that imported torch, Triton and the kernel once.
+(actors/compile_process.py) are forked from a server that imported torch, Triton and the
+kernel once, and set no CUDA up where they can help it: each is up in milliseconds.
 
 Besides the configs its worker will time (`submit`), the pool takes hints of configs the
 sweep will hand out soon to some worker (`hint`): idle processes compile those into the
@@ -33,13 +34,11 @@ why, once (notices()).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,7 +60,6 @@ START_LIMIT_S = 120.0
 # the pool is down once none is up).
 MAX_FAILED_STARTS = 3
 NOTICE_CHARS = 300  # the longest reason a notice quotes
-KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
 
 
 @dataclass(frozen=True)
@@ -102,89 +100,6 @@ class Compiler(Protocol):
     def close(self) -> None: ...
 
 
-def prepare(spec_json: str) -> None:
-    """In the fork server: the imports every compile process needs, done once."""
-    spec = json.loads(spec_json)
-    import torch  # noqa: F401
-    import triton  # noqa: F401
-
-    from sweep_kernels import load_kernel
-
-    load_kernel(spec["kernel"], spec["kernel_path"])
-
-
-def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
-    """A compile process: build launch arguments of the real types and values once (Triton
-    specialises on dtypes, alignment and some integer values), then compile on request.
-    A set-up that fails says why before the process ends."""
-    inbox, outbox = child.connect(read_fd, write_fd)
-    spec = json.loads(spec_json)
-    try:
-        kernel, problem, args, fixed = _set_up(spec)
-    except Exception as e:
-        outbox.send(("failed", None, child.error_line(e)))
-        return
-    outbox.send(("ready", None, None))
-    keys = spec.get("problem_keys") or []
-    # Launch arguments of the latest problems: a compile process holds few at a time, as
-    # a problem's are cheap to make again next to a compile (milliseconds against seconds)
-    # and every process of every worker would otherwise hold every problem's on the GPU.
-    made = collections.OrderedDict({repr(sorted(problem.items())): args})
-    while True:
-        try:
-            key, config = inbox.recv()
-        except EOFError:
-            return
-        t0 = time.perf_counter()
-        try:
-            if keys:  # a sweep over problems: this config's problem, its arguments
-                problem = {**problem, **{k: config[k] for k in keys}}
-                config = {k: v for k, v in config.items() if k not in keys}
-                mark = repr(sorted(problem.items()))
-                args = made.pop(mark, None) or _arguments(kernel, problem, spec["seed"])
-                made[mark] = args
-                while len(made) > KEPT_PROBLEMS:
-                    made.popitem(last=False)
-            keywords = {**fixed, **config}
-            positional, passed = args
-            compiled = kernel.function(problem).warmup(
-                *positional, grid=kernel.grid(problem, keywords), **passed, **keywords)
-            # Loading it here checks the GPU's limits (shared memory, threads per block) and
-            # builds Triton's launcher for the signature, both off the GPU's critical path.
-            init_handles = getattr(compiled, "_init_handles", None)
-            if init_handles is not None:
-                init_handles()
-            outbox.send((key, (time.perf_counter() - t0) * 1e3, None))
-        except Exception as e:  # any failure to compile is the config's, not the pool's
-            text = "".join(traceback.format_exception_only(type(e), e)).strip()
-            outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
-
-
-def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, Any]]:
-    # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
-    os.nice(10)
-    if "device" in spec:  # before anything touches CUDA
-        os.environ["CUDA_VISIBLE_DEVICES"] = spec["device"]
-    from sweep_kernels import load_kernel
-
-    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
-    # A spec's problem as written, before its kernel's defaults were merged, is enough.
-    problem = {**kernel.problem_defaults, **spec["problem"]}
-    args = _arguments(kernel, problem, spec["seed"])
-    # As the launcher passes them (actors/triton_backend.py): a compile for other
-    # keyword values would fill the cache with a binary nobody launches.
-    return kernel, problem, args, {**kernel.fixed, **spec["fixed"]}
-
-
-def _arguments(kernel: Any, problem: dict[str, Any],
-               seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """(positional, keyword) launch arguments of the problem's inputs."""
-    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    inputs = kernel.make_inputs(problem, device, seed)
-    args, _, passed = kernel.arguments(inputs, problem)
-    return args, passed
-
-
 @dataclass
 class _Proc:
     child: child.Child
@@ -201,8 +116,9 @@ class CompilePool:
                  fixed: Mapping[str, Any] | None = None, unforked: bool = True,
                  problem_keys: Sequence[str] = (), adaptive: bool = False,
                  forks: tuple[str, str, int] | None = None) -> None:
-        """devices: GPU ids to spread the processes over (each sets up CUDA for its
-        launch arguments); default: the one this process sees. stderr: where the
+        """devices: GPU ids to spread the processes over (where one sets up CUDA for
+        its launch arguments: actors/compile_process.py); default: the one this process
+        sees. stderr: where the
         processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
         whether processes start on their own where forks cannot (each imports torch and
         the kernel itself: seconds of CPU), or the pool stays down. adaptive: the pool
@@ -230,7 +146,7 @@ class CompilePool:
         self._down: str | None = None  # why no process can start: the pool stays down
         self._notices: list[str] = []
         self._server = (child.ForkServer.adopt(*forks) if forks else None) or \
-            child.ForkServer("actors.compile_pool:prepare", json.dumps(self._spec), stderr,
+            child.ForkServer("actors.compile_process:prepare", json.dumps(self._spec), stderr,
                              env={**os.environ, **FORK_SAFE_ENV})
         self._procs: list[_Proc | None] = [self._start(i) for i in range(max(1, size))]
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
@@ -247,7 +163,7 @@ class CompilePool:
     def _start(self, i: int) -> _Proc:
         spec = {**self._spec, "device": self._devices[i % len(self._devices)]} \
             if self._devices else self._spec
-        entry, payload = "actors.compile_pool:serve", json.dumps(spec)
+        entry, payload = "actors.compile_process:serve", json.dumps(spec)
         if self._forking:
             return _Proc(self._server.start(entry, payload), True, since=time.monotonic())
         return _Proc(child.start(entry, payload, stderr=self._stderr,

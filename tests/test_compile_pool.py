@@ -331,7 +331,7 @@ def prepared(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     address, key = str(tmp_path / "forks"), secrets.token_hex(child.KEY_BYTES)
     server = child.start_detached(
-        "actors.child:serve_prepared", address, key, "actors.compile_pool:prepare",
+        "actors.child:serve_prepared", address, key, "actors.compile_process:prepare",
         json.dumps({"kernel": "matmul", "kernel_path": ""}),
         env={**os.environ, **FORK_SAFE_ENV})
     yield address, key, server

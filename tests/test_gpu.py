@@ -89,3 +89,51 @@ def test_a_complete_gpu_run_answers_the_next_run_and_the_launch_code(tmp_path):
                            timeout=300)
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout) == [best["config"], best["device"]]
+
+
+def test_the_pools_binary_is_the_one_the_launch_loads(tmp_path):
+    # The pool's processes compile with stand-ins for the arguments and no CUDA set up
+    # (actors/compile_target.py): what they put in Triton's cache must be what a launch on
+    # real tensors looks up, or every config would compile twice.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json, os, sys, torch
+        from actors.compile_pool import CompilePool
+        from actors.protocol import CompileLimit
+        from sweep_kernels import load_kernel
+        problem = {"M": 512, "N": 512, "K": 512, "dtype": "float16"}
+        config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+                  "num_warps": 4, "num_stages": 3}
+        pool = CompilePool(1, "matmul", problem, 0, CompileLimit(300.0))
+        pool.submit(0, config)
+        while (got := pool.take([0])) is None:
+            pool.wait(0.1)
+        pool.close()
+        cache = os.environ["TRITON_CACHE_DIR"]
+        before = sorted(os.listdir(cache))
+        kernel = load_kernel("matmul")
+        full = {**kernel.problem_defaults, **problem}
+        inputs = kernel.make_inputs(full, "cuda", 0)
+        args, out, passed = kernel.arguments(inputs, full)
+        keywords = {**kernel.fixed, **config}
+        compiled = kernel.function(full)[kernel.grid(full, keywords)](*args, **passed, **keywords)
+        torch.cuda.synchronize()
+        right = torch.allclose(out.float(), kernel.reference(inputs, full).float(),
+                               rtol=1e-2, atol=1e-2)
+        print(json.dumps({"ok": got[1].ok, "error": got[1].error, "right": bool(right),
+                          "new": sorted(set(os.listdir(cache)) - set(before))}))
+    """)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["right"], got
+    # Any new entry would be a binary of the launch's own (a launcher stub is not one).
+    assert not [d for d in got["new"]
+                if any(f.endswith(".cubin") for f in os.listdir(tmp_path / "cache" / d))], got

@@ -216,7 +216,7 @@ def _fork_server(directory: Path, log: IO[bytes], settings: WorkerSettings,
     address, key = str(directory / "forks"), secrets.token_hex(child.KEY_BYTES)
     payload = json.dumps({"kernel": settings.kernel, "kernel_path": settings.kernel_path})
     process = child.start_detached(
-        "actors.child:serve_prepared", address, key, "actors.compile_pool:prepare", payload,
+        "actors.child:serve_prepared", address, key, "actors.compile_process:prepare", payload,
         env={**os.environ, **FORK_SAFE_ENV}, stderr=log, stdout=log)
     threading.Thread(target=process.wait, daemon=True).start()
     processes.append(process)

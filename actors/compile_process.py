@@ -1,0 +1,162 @@
+"""A compile process of the pool (actors/compile_pool.py): forked from a server that
+imported torch, Triton and the kernel once (prepare), it makes the problem's launch
+arguments once and compiles each config it is sent with Triton's `warmup`, which fills
+Triton's on-disk cache without launching; it answers each with the compile's time or
+error. The arguments are stand-ins that need no CUDA where they can be
+(actors/compile_target.py), so a process is up in milliseconds and holds no GPU memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from actors import child, compile_target
+
+KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
+
+
+def prepare(spec_json: str) -> None:
+    """In the fork server: the imports every compile process needs, done once."""
+    spec = json.loads(spec_json)
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    from sweep_kernels import load_kernel
+
+    load_kernel(spec["kernel"], spec["kernel_path"])
+    compile_target.gpu_target()  # asked once, for every process forked from here
+
+
+def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
+    """A compile process: make the problem's launch arguments once (Triton specialises on
+    dtypes, alignment and some integer values), then compile on request. A set-up that
+    fails says why before the process ends."""
+    inbox, outbox = child.connect(read_fd, write_fd)
+    spec = json.loads(spec_json)
+    try:
+        compiler = _Compiler(spec, *_set_up(spec))
+    except Exception as e:
+        outbox.send(("failed", None, child.error_line(e)))
+        return
+    outbox.send(("ready", None, None))
+    while True:
+        try:
+            key, config = inbox.recv()
+        except EOFError:
+            return
+        t0 = time.perf_counter()
+        try:
+            compiler.compile(config)
+            outbox.send((key, (time.perf_counter() - t0) * 1e3, None))
+        except Exception as e:  # any failure to compile is the config's, not the pool's
+            text = "".join(traceback.format_exception_only(type(e), e)).strip()
+            outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
+
+
+class _Compiler:
+    """Compiles a config of the spec's kernel: with stand-ins for its arguments while
+    they prove to compile what a launch loads (see compile), else with real ones."""
+
+    def __init__(self, spec: dict[str, Any], kernel: Any, problem: dict[str, Any], args: Any,
+                 fixed: dict[str, Any], arguments: Arguments) -> None:
+        self.kernel, self.problem, self.fixed, self.arguments = kernel, problem, fixed, arguments
+        self.seed = spec["seed"]
+        self.keys = spec.get("problem_keys") or []
+        # Launch arguments of the latest problems: a process holds few at a time, as a
+        # problem's are cheap to make again next to a compile (milliseconds against
+        # seconds) and every process of every worker would otherwise hold every problem's.
+        self.made = collections.OrderedDict({repr(sorted(problem.items())): args})
+        self.checked = arguments is _arguments
+
+    def _args(self, problem: dict[str, Any]) -> Any:
+        mark = repr(sorted(problem.items()))
+        args = self.made.pop(mark, None) or self.arguments(self.kernel, problem, self.seed)
+        self.made[mark] = args
+        while len(self.made) > KEPT_PROBLEMS:
+            self.made.popitem(last=False)
+        return args
+
+    def _on_the_gpu(self) -> None:
+        """From now on, compile as the launch will run: real arguments, CUDA set up."""
+        compile_target.deactivate()
+        self.arguments, self.made, self.checked = _arguments, collections.OrderedDict(), True
+
+    def compile(self, config: dict[str, Any]) -> None:
+        problem = self.problem
+        if self.keys:  # a sweep over problems: this config's problem
+            problem = {**problem, **{k: config[k] for k in self.keys}}
+            config = {k: v for k, v in config.items() if k not in self.keys}
+        keywords = {**self.fixed, **config}
+        if self.arguments is not _arguments:
+            try:
+                args = self._args(problem)
+                compiled = _compile(self.kernel, problem, args, keywords)
+                # Once: real tensors must reach the stand-ins' binary, or the pool
+                # would fill the cache with binaries no launch looks up.
+                self.checked = self.checked or compile_target.same_binary(
+                    self.kernel.function(problem), self.kernel.grid(problem, keywords),
+                    args, keywords, compiled)
+                if self.checked:
+                    compile_target.build_launcher(compiled)  # the limits are the launch's
+                    return
+            except Exception as e:
+                if compile_target.the_configs(e):
+                    raise
+                # Perhaps the stand-ins' failure, not the config's: compiled again.
+            self._on_the_gpu()
+        compiled = _compile(self.kernel, problem, self._args(problem), keywords)
+        # Loading it checks the GPU's limits (shared memory, threads per block) and builds
+        # Triton's launcher, both off the GPU's critical path.
+        init_handles = getattr(compiled, "_init_handles", None)
+        if init_handles is not None:
+            init_handles()
+
+
+Arguments = Callable[[Any, dict[str, Any], int], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, Any], Arguments]:
+    """The kernel, the problem, its launch arguments, the fixed keyword arguments and
+    how to make a problem's arguments: stand-ins that need no CUDA where possible
+    (actors/compile_target.py), else real ones on the GPU."""
+    # Compiling is throughput work; the launcher feeding the GPU must never wait for a CPU.
+    os.nice(10)
+    if "device" in spec:  # before anything touches CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec["device"]
+    from sweep_kernels import load_kernel
+
+    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
+    # A spec's problem as written, before its kernel's defaults were merged, is enough.
+    problem = {**kernel.problem_defaults, **spec["problem"]}
+    # As the launcher passes them (actors/triton_backend.py): a compile for other
+    # keyword values would fill the cache with a binary nobody launches.
+    fixed = {**kernel.fixed, **spec["fixed"]}
+    target = None if os.environ.get("TRITON_INTERPRET") == "1" else compile_target.gpu_target()
+    if target is not None and compile_target.activate(target):
+        try:
+            args = compile_target.stand_ins(kernel, problem, spec["seed"])
+            return kernel, problem, args, fixed, compile_target.stand_ins
+        except Exception:  # a make_inputs fake tensors cannot run: real ones, then
+            compile_target.deactivate()
+    return kernel, problem, _arguments(kernel, problem, spec["seed"]), fixed, _arguments
+
+
+def _compile(kernel: Any, problem: dict[str, Any], args: Any, keywords: dict[str, Any]) -> Any:
+    positional, passed = args
+    return kernel.function(problem).warmup(
+        *positional, grid=kernel.grid(problem, keywords), **passed, **keywords)
+
+
+def _arguments(kernel: Any, problem: dict[str, Any],
+               seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(positional, keyword) launch arguments of the problem's inputs."""
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    inputs = kernel.make_inputs(problem, device, seed)
+    args, _, passed = kernel.arguments(inputs, problem)
+    return args, passed

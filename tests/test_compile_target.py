@@ -1,0 +1,111 @@
+"""A compile process compiles for the GPU without setting it up (actors/compile_target.py):
+real Triton compiles for an H200's target on this machine, which has no GPU at all, each in
+a process of its own (the stand-in driver is Triton's global)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import ROOT
+
+SPEC = {"kernel": "matmul", "kernel_path": "", "seed": 0, "fixed": {}, "problem_keys": [],
+        "problem": {"M": 256, "N": 256, "K": 256, "dtype": "float16"}}
+CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+          "num_stages": 3}
+
+
+def in_a_process(code: str, cache: Path, setup: str = "") -> dict:
+    """Run code as a compile process runs: NVML's answer replaced by an H200's (90, 32)."""
+    script = textwrap.dedent("""
+        import json, sys
+        from actors import compile_process, compile_target
+        compile_target.gpu_target = lambda: (90, 32)
+        spec = json.loads(sys.argv[1])
+        config = json.loads(sys.argv[2])
+    """) + textwrap.dedent(setup) + textwrap.dedent(code)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(SPEC), json.dumps(CONFIG)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_config_compiles_for_the_gpus_target_with_no_cuda_set_up(tmp_path):
+    got = in_a_process("""
+        import torch
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        compiler.compile(config)
+        print(json.dumps({"stand_ins": compiler.arguments is compile_target.stand_ins,
+                          "checked": compiler.checked, "cuda": torch.cuda.is_initialized()}))
+    """, tmp_path / "cache")
+    # Checked: real tensors reach the binary the stand-ins compiled.
+    assert got == {"stand_ins": True, "checked": True, "cuda": False}
+    # The binary is in Triton's on-disk cache, where the worker's launch looks for it,
+    # compiled for the H200's architecture.
+    [cubin] = (tmp_path / "cache").rglob("matmul_kernel.cubin")
+    meta = json.loads(cubin.with_suffix(".json").read_text())
+    assert meta["target"]["arch"] == 90
+
+
+def test_a_configs_own_compile_error_is_its_and_the_stand_ins_stay(tmp_path):
+    got = in_a_process("""
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        try:
+            compiler.compile({**config, "BLOCK_K": 48})  # tl.arange needs a power of 2
+            error = None
+        except Exception as e:
+            error = type(e).__name__
+        print(json.dumps({"error": error,
+                          "stand_ins": compiler.arguments is compile_target.stand_ins}))
+    """, tmp_path / "cache")
+    assert got == {"error": "CompilationError", "stand_ins": True}
+
+
+def test_stand_ins_that_miss_the_launchs_binary_give_way_to_real_arguments(tmp_path):
+    got = in_a_process("""
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        try:
+            compiler.compile(config)
+        except ValueError:
+            pass  # the stand-in "real" arguments are no launch's
+        from triton.runtime import driver
+        print(json.dumps({"real": compiler.arguments is compile_process._arguments,
+                          "args": compiler._args(compiler.problem),
+                          "driver": type(driver._active).__name__}))
+    """, tmp_path / "cache", setup="""
+        compile_target.same_binary = lambda *args: False
+        compile_process._arguments = lambda kernel, problem, seed: "real"
+    """)
+    assert got == {"real": True, "args": "real", "driver": "NoneType"}
+
+
+def test_a_make_inputs_fake_tensors_cannot_run_gets_real_arguments(tmp_path):
+    got = in_a_process("""
+        kernel, problem, args, fixed, arguments = compile_process._set_up(spec)
+        from triton.runtime import driver
+        print(json.dumps({"args": args, "real": arguments is compile_process._arguments,
+                          "driver": type(driver._active).__name__}))
+    """, tmp_path / "cache", setup="""
+        import dataclasses
+        from sweep_kernels import matmul
+        def data_dependent(problem, device, seed):
+            import torch
+            return (torch.ones(2).sum().item(),)  # a value fake tensors do not have
+        matmul.KERNEL = dataclasses.replace(matmul.KERNEL, make_inputs=data_dependent)
+        compile_process._arguments = lambda kernel, problem, seed: "real"
+    """)
+    # ...and Triton's own driver back, so what it compiles it compiles as the launch will.
+    assert got["args"] == "real" and got["real"] and got["driver"] == "NoneType"
+
+
+def test_without_nvml_the_target_is_unknown():
+    # This machine has no NVIDIA driver: the pool's processes set up CUDA as before.
+    from actors import compile_target
+
+    if not any(Path(p, "libnvidia-ml.so.1").exists()
+               for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
+        assert compile_target.gpu_target() is None
