@@ -15,6 +15,7 @@ from actors.simulate import SimulatedBackend, draws
 from storage.records import Best, TrialOutcome, TrialRecord
 from sweep.engines.ray.placement import placement
 from sweep.results.tally import Tally
+from sweep.run.retiming import retime
 from sweep.spec import SpecError, load_spec
 
 DEVICES = {"SIM-A": 1, "SIM-B": 2}
@@ -44,7 +45,7 @@ def test_workers_start_as_their_kind_and_retiming_goes_to_a_device_of_the_type()
     driver, _, _ = make(12, rt, workers=3, kinds=["A", "A", "B"])
     assert driver.run() == "complete"
     assert sorted(rt.kinds.values()) == ["A", "A", "B"]
-    driver.retime([{"A": 0}], rounds=1, device="B")
+    retime(driver.pool, [{"A": 0}], 1, lambda: False, device="B")
     worker, _, _ = rt.retimed[-1]
     assert rt.kinds[worker] == "B"
 
@@ -53,10 +54,10 @@ def test_retiming_on_a_type_whose_workers_are_gone_starts_one_of_that_type():
     rt = FakeRuntime()
     driver, _, _ = make(6, rt, workers=2, kinds=["A", "B"])
     assert driver.run() == "complete"
-    for slot in [s for s in driver.slots if s.kind == "B"]:
+    for slot in [s for s in driver.pool.slots if s.kind == "B"]:
         rt.kill(slot.name)
-        driver.slots.remove(slot)
-    driver.retime([{"A": 0}], rounds=1, device="B")
+        driver.pool.slots.remove(slot)
+    retime(driver.pool, [{"A": 0}], 1, lambda: False, device="B")
     worker, _, _ = rt.retimed[-1]
     assert rt.kinds[worker] == "B" and worker not in ("w1", "w2")
 

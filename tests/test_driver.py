@@ -14,6 +14,7 @@ from storage.records import TrialRecord
 from sweep.results.tally import Tally
 from sweep.run.contracts import DriverFailed, Limits, SpentAttempt
 from sweep.run.driver import Driver
+from sweep.run.retiming import retime
 from sweep.spec.space import expand
 
 LIMITS = Limits(trial_timeout_s=60, max_retries=1, drain_s=3, snapshot_every_s=30,
@@ -76,7 +77,7 @@ def test_the_versions_each_device_types_workers_report_are_kept():
     driver, _, _ = make(6, rt, workers=2, kinds=["SIM-A", "SIM-B"])
     assert driver.run() == "complete"
     driver.close()
-    assert driver.versions == {"SIM-A": {"torch": "torch-on-SIM-A"},
+    assert driver.pool.versions == {"SIM-A": {"torch": "torch-on-SIM-A"},
                                "SIM-B": {"torch": "torch-on-SIM-B"}}
 
 
@@ -272,7 +273,7 @@ def test_retiming_after_a_resume_with_nothing_left_starts_one_worker():
     rt = FakeRuntime()
     driver, _, _ = make(3, rt, todo=[])
     assert driver.run() == "complete"
-    timings = driver.retime([{"A": 0}, {"A": 1}], rounds=3)
+    timings = retime(driver.pool, [{"A": 0}, {"A": 1}], 3, lambda: False)
     assert len(timings.finalists) == 2 and rt.started == ["w1"]
     driver.close()
     assert rt.killed == ["w1"]

@@ -18,7 +18,8 @@ when, so:
 Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
 out trials; records carry wall-clock times.
 
-Which trial a worker is running is its slot's to say (sweep/run/slots.py). A stop awaits
+Which trial a worker is running is its slot's to say (sweep/run/slots.py); starting,
+replacing and giving up workers is the worker pool's (sweep/run/workers.py). A stop awaits
 the trials running when it came, not those begun after it.
 """
 
@@ -43,10 +44,10 @@ from sweep.engines.runtime import (
     WorkerUp,
 )
 from sweep.results.tally import Tally
-from sweep.run.contracts import DriverEnd, DriverFailed, Limits, Observer, SpentAttempt, TrialLog
+from sweep.run.contracts import DriverEnd, Limits, Observer, SpentAttempt, TrialLog
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
-from sweep.run.retiming import Retiming
 from sweep.run.slots import HeldBatch, Slot
+from sweep.run.workers import WorkerPool
 from sweep.search.scheduling import AdaptiveLimit
 from sweep.spec.space import Space
 
@@ -56,7 +57,7 @@ _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_tria
                             BatchDone: "first_batch_done", WorkerLost: "first_worker_lost"}
 
 
-class Driver(Retiming):
+class Driver:
     def __init__(self, space: Space, runtime: Runtime, workers: int, limits: Limits,
                  log: TrialLog, tally: Tally, todo: Iterable[int], spent: dict[int, int],
                  deaths: dict[int, int], should_stop: Callable[[], bool],
@@ -90,66 +91,16 @@ class Driver(Retiming):
         self.compile_limit = compile_limit
         self._pushed_limit = compile_limit.current.seconds if compile_limit else None
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
-        self.slots: list[Slot] = []
-        self.kinds = list(kinds)
-        # Each device type's torch and Triton versions, as its workers report them.
-        self.versions: dict[str, dict[str, str]] = {}
-        self._kind_of: dict[str, str] = {}  # device name -> the kind that gave it
+        self.pool = WorkerPool(runtime, limits, kinds, self._event, self._requeue, self._handle)
         self.dispatched = 0
         self.first_dispatch_at: float | None = None  # wall clock
         # First and all workers up, first trial begun and done, last trial done (wall clock).
         self.timeline: dict[str, float] = {}
-        self._serial = 0
         self._hinted: set[int] = set()
         self.commits = GroupCommit()
-        self._stopping = False
         # What a stop awaits: (worker, trial announced running) or (worker, batch begun).
         self._draining: set[tuple[str, int | None]] = set()
         self._committed = 0.0  # when _commit last ran (monotonic)
-
-    # --- workers -------------------------------------------------------------------------
-    def _start(self, slot: Slot) -> None:
-        """A new worker in the slot; what the slot learnt of failures so far stays."""
-        self._serial += 1
-        slot.name = f"w{self._serial}"
-        slot.batches.clear()
-        slot.up, slot.sent, slot.running, slot.began = False, 0, None, -1
-        slot.born = self.runtime.monotonic()
-        self.runtime.start(slot.name, slot.kind)
-
-    def _replace(self, slot: Slot) -> None:
-        self.runtime.kill(slot.name)
-        if self._stopping:  # no new workers for a run that is ending
-            self.slots.remove(slot)
-        else:
-            self._start(slot)
-
-    def _give_up(self, slot: Slot, why: str) -> None:
-        """Go on without this slot; with none left, the run has failed."""
-        self.runtime.kill(slot.name)
-        self.slots.remove(slot)
-        self._requeue(slot.unfinished())
-        if not self.slots:
-            raise DriverFailed(why)
-        self._event(f"{why}; going on with {len(self.slots)} worker(s)")
-
-    def _slot(self, worker: str) -> Slot | None:
-        return next((s for s in self.slots if s.name == worker), None)
-
-    def _check_starts(self) -> None:
-        """A worker that is not up within start_timeout_s is given up: Ray may be unable
-        to place it (a lost node, a cluster whose GPUs other jobs hold). The sweep goes on
-        with the workers it has."""
-        now = self.runtime.monotonic()
-        for slot in list(self.slots):
-            if slot.up or now - slot.born < self.limits.start_timeout_s:
-                continue
-            if len(self.slots) == 1:
-                self._give_up(slot, f"no worker started within run.start_timeout_s="
-                                    f"{self.limits.start_timeout_s:g} s; does the Ray cluster "
-                                    "have the free GPUs (or CPUs) it advertises?")
-            self._give_up(slot, f"worker {slot.name} did not start within run.start_timeout_s="
-                                f"{self.limits.start_timeout_s:g} s (no free resources for it?)")
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> DriverEnd:
@@ -157,22 +108,20 @@ class Driver(Retiming):
             return "complete"
         # A search queues its batches as outcomes come in: every worker has work soon.
         wanted = self.workers if self.feed else min(self.workers, max(1, len(self.queue)))
-        for k in range(wanted):
-            slot = Slot(kind=self.kinds[k] if self.kinds else "")
-            self.slots.append(slot)
-            self._start(slot)
+        self.pool.open(wanted)
         last_snapshot = self.runtime.monotonic()
         stopping_at: float | None = None
         try:
             while True:
                 if stopping_at is None and self.should_stop():
-                    self._stopping = True
+                    self.pool.stopping = True
                     # What runs now is awaited; what a worker begins after this is not: the
                     # trials announced running, or (workers running in order) the batches
                     # begun.
-                    self._draining = {(s.name, s.running) for s in self.slots} \
+                    slots = self.pool.slots
+                    self._draining = {(s.name, s.running) for s in slots} \
                         if self.limits.announced else \
-                        {(s.name, b.number) for s in self.slots for b in s.batches if b.started}
+                        {(s.name, b.number) for s in slots for b in s.batches if b.started}
                     stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
@@ -187,7 +136,7 @@ class Driver(Retiming):
                     self._handle(event)
                 self._check_timeouts()
                 if stopping_at is None:
-                    self._check_starts()
+                    self.pool.check_starts()
                 # While records stream in, a write per COMMIT_EVERY_S, overlapping the loop;
                 # as soon as they pause, at once and awaited.
                 if not events:
@@ -212,14 +161,14 @@ class Driver(Retiming):
             # never acknowledged and run again on resume.
             if self.limits.announced:
                 running = any(s.running is not None and (s.name, s.running) in self._draining
-                              for s in self.slots)
+                              for s in self.pool.slots)
             else:
                 running = any(b.started and b.pending and (s.name, b.number) in self._draining
-                              for s in self.slots for b in s.batches)
+                              for s in self.pool.slots for b in s.batches)
             return not running or self.runtime.monotonic() >= stopping_at
         # A batch whose every record arrived counts as done even if its stream never ended
         # (a worker frozen right after its last record): close() stops that worker.
-        if any(b.pending for s in self.slots for b in s.batches):
+        if any(b.pending for s in self.pool.slots for b in s.batches):
             return False
         # A feed queues more as records are counted: none may wait uncounted.
         if self.feed is not None and self.commits.pending:
@@ -234,7 +183,7 @@ class Driver(Retiming):
     def _wait_budget(self, stopping_at: float | None) -> float:
         now = self.runtime.monotonic()
         deadlines = [now + 0.25]
-        for slot in self.slots:
+        for slot in self.pool.slots:
             if slot.up and slot.head() is not None:
                 deadlines.append(slot.since + slot.allowance(self.limits))
             elif not slot.up:
@@ -247,7 +196,7 @@ class Driver(Retiming):
     def _dispatch(self) -> None:
         while self.queue:
             takers = []
-            for slot in self.slots:
+            for slot in self.pool.slots:
                 # A worker that announces its trials gets work while it starts: its compile
                 # pool begins on it at once, and a death before any trial began blames none.
                 if not (slot.up or self.limits.announced) or not slot.has_room(self.limits) \
@@ -268,7 +217,7 @@ class Driver(Retiming):
         the slowest compiles (see scheduling.py), which go to every worker's compile pool
         alike rather than all to one. Returns how many trials went out."""
         # Shrink batches as the queue drains, so every worker has work to the end.
-        share = -(-len(self.queue) // (len(self.slots) * self.limits.depth))
+        share = -(-len(self.queue) // (len(self.pool.slots) * self.limits.depth))
         room = int(min(self.limits.batch_size, share))
         budget = self._budget_left()
         hands: list[list[Trial]] = [[] for _ in takers]
@@ -309,7 +258,7 @@ class Driver(Retiming):
 
     # --- what workers report -------------------------------------------------------------
     def _handle(self, event: Event) -> None:
-        slot = self._slot(event.worker)
+        slot = self.pool.find(event.worker)
         if slot is None:
             return  # a worker already given up
         if isinstance(event, WorkerNote):
@@ -320,11 +269,7 @@ class Driver(Retiming):
         if phase not in self.timeline:
             self.timeline[phase] = self.runtime.time()
         if isinstance(event, WorkerUp):
-            slot.up, slot.device, slot.node, slot.since = True, event.device, event.node, now
-            self._kind_of[event.device] = slot.kind
-            if event.versions:
-                self.versions[event.device] = dict(event.versions)
-            if all(s.up for s in self.slots):
+            if self.pool.up(slot, event):
                 self.timeline.setdefault("all_workers_up", self.runtime.time())
         elif isinstance(event, BatchBegan):
             batch = slot.batch(event.batch)
@@ -366,12 +311,12 @@ class Driver(Retiming):
             # trial is to blame, but a slot whose workers keep dying so is given up.
             slot.failed_starts += 1
             if slot.failed_starts >= self.limits.max_failed_starts:
-                self._give_up(slot, f"a worker failed to start {slot.failed_starts} times "
+                self.pool.give_up(slot, f"a worker failed to start {slot.failed_starts} times "
                                     f"(the last, {slot.name}: {event.why})")
                 return
             self._event(f"worker {slot.name} died while starting: {event.why}; "
                         "starting another")
-            self._replace(slot)
+            self.pool.replace(slot)
             self._requeue(rest)
             return
         current = slot.current(self.limits.announced) or slot.guess(self.limits.announced)
@@ -391,16 +336,17 @@ class Driver(Retiming):
             else:
                 self.probation.add(index)
                 rest.insert(0, (index, config, attempt + 1))
-        self._replace(slot)
+        self.pool.replace(slot)
         self._requeue(rest)
 
     def _check_timeouts(self) -> None:
-        for slot in list(self.slots):
+        for slot in list(self.pool.slots):
             if not slot.overdue(self.limits, self.runtime.monotonic()):
                 continue
             for event in self.runtime.settle(slot.name, 0.0):  # take what already arrived
                 self._handle(event)
-            if slot not in self.slots or not slot.overdue(self.limits, self.runtime.monotonic()):
+            if slot not in self.pool.slots or \
+                    not slot.overdue(self.limits, self.runtime.monotonic()):
                 continue
             head = slot.head()
             assert head is not None
@@ -417,7 +363,7 @@ class Driver(Retiming):
                 self._event(f"worker {slot.name} made no progress for "
                             f"{slot.allowance(self.limits):g} s {where} ({rule}): "
                             "the driver ends it and starts another")
-                self._replace(slot)
+                self.pool.replace(slot)
                 self._requeue(rest)
                 continue
             index, config, attempt = current[1]
@@ -428,7 +374,7 @@ class Driver(Retiming):
                 "timeout", "skipped",
                 error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s "
                       "(the driver ended its worker)"))
-            self._replace(slot)
+            self.pool.replace(slot)
             self._requeue([t for t in rest if t[0] != index])
 
     def _record_failure(self, slot: Slot, index: int, config: dict[str, Any], attempt: int,
@@ -474,7 +420,7 @@ class Driver(Retiming):
         if self.compile_limit.current.seconds == self._pushed_limit:
             return
         self._pushed_limit = self.compile_limit.current.seconds
-        for slot in self.slots:
+        for slot in self.pool.slots:
             if slot.up:
                 self.runtime.set_limit(slot.name, self.compile_limit.current)
 
@@ -484,7 +430,7 @@ class Driver(Retiming):
 
     def close(self, cancelled: bool = False) -> None:
         """Stop every worker; trials still running spend an attempt and run again later."""
-        for slot in self.slots:
+        for slot in self.pool.slots:
             if cancelled:
                 # Take what already arrived first: records are real results, and a batch
                 # the worker began counts its running trial as an attempt spent.
@@ -495,6 +441,6 @@ class Driver(Retiming):
                     index, _, attempt = current[1]
                     self.commits.attempts.append(SpentAttempt(index, attempt, "interrupted"))
             self.runtime.kill(slot.name)
-        self.slots = []
+        self.pool.slots = []
         self._commit(final=True)
         self.commits.close()

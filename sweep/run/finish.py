@@ -30,6 +30,7 @@ from sweep.run.assembly import Assembly, interpreted_options
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.progress import ProgressReporter
+from sweep.run.retiming import retime, retime_spread
 from sweep.run.rundir import RunDir, RunLog
 from sweep.search.strategies import Search, rungs
 from sweep.spec import Spec
@@ -176,7 +177,8 @@ def _rungs(spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
         progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
                           f"{where} carefully, on every worker at once")
         try:
-            timings = driver.retime_spread([space.config(b.index) for b in rung], device)
+            timings = retime_spread(driver.pool, [space.config(b.index) for b in rung], device,
+                                    should_stop)
         except (DriverFailed, RetimeAbandoned) as e:
             progress.on_event(f"rung {level} failed, keeping the one pass's order: "
                               f"{str(e)[:200]}")
@@ -216,8 +218,8 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
         on = label + (f" on {device}" if len(tally.devices) > 1 else "")
         progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
         try:
-            retimed = driver.retime([full(b.index) if full else b.config for b in leaders],
-                                    spec.run.finalist_rounds, device)
+            retimed = retime(driver.pool, [full(b.index) if full else b.config for b in leaders],
+                             spec.run.finalist_rounds, should_stop, device)
         except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
             progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                               f"{str(e)[:200]}")

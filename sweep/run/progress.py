@@ -95,7 +95,7 @@ class CompileTail:
     def remaining_s(self) -> float:
         now = self.driver.runtime.monotonic()
         by_weight: dict[float, float] = {}  # weight -> the earliest such trial was sent
-        for slot in self.driver.slots:
+        for slot in self.driver.pool.slots:
             for index, sent_at in slot.waiting():
                 w = compile_weight(self.driver.space.kernel_config(index))
                 by_weight[w] = min(by_weight.get(w, sent_at), sent_at)

@@ -386,7 +386,7 @@ class Session:
         if tally.best and state != "failed" and drove.lost is None and \
                 (not partial or request.cache_partial):
             cache_policy.store_best(spec, self.path, tally, backend, partial, self.io.err,
-                                    driver.versions if driver else {})
+                                    driver.pool.versions if driver else {})
         if spent_budget:
             self.io.note(f"the time budget of {request.time_budget_s:g} s is spent; the run "
                          "stops resumably")
