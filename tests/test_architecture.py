@@ -131,8 +131,7 @@ OVER_THE_LIMIT = {
     "benchmarks.third_party.retry", "storage.records.TrialRecord.from_outcome",
     "sweep.results.summary.print_summary", "sweep.run.assembly.assemble",
     "sweep.run.driver.Driver.__init__", "sweep.run.finish.after_trials",
-    "sweep.run.finish.retime_finalists", "sweep.run.rundir.finalize",
-    "sweep.run.rundir.snapshot_of", "sweep.spec.kernels.kernel_facts",
+    "sweep.run.finish.retime_finalists", "sweep.spec.kernels.kernel_facts",
 }
 
 

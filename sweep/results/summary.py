@@ -8,11 +8,13 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow as pa
 from rich.console import Console
 
 from storage.records import PRUNED
-from sweep.console import say_line
+from sweep.console import say, say_line
 from sweep.numbers import significant
+from sweep.results.errors import common_errors
 from sweep.results.tally import Tally
 from sweep.spec import Spec
 
@@ -81,3 +83,12 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
                  f"sweep best {quoted} (the best as a triton.Config)")
     if state != "complete":
         say_line(out, f"  resume with: {resume_command(path)}{resume_options}")
+
+
+def print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
+    """Why nothing worked: the commonest errors, grouped, so the user need not open the
+    table to find out."""
+    groups = common_errors(records, top)
+    say(out, "  no config succeeded; the commonest errors:")
+    for group in groups:
+        say(out, f"    {group.count:>6} × {group.status}: {group.example} (e.g. #{group.index})")

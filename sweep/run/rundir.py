@@ -10,7 +10,7 @@ import platform
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -179,26 +179,42 @@ def problems_of(spec: Spec, tally: Tally,
             for p, mine in enumerate(tally.problems)]
 
 
-def snapshot_of(spec: Spec, tally: Tally, state: RunState,
-                first_dispatch_at: float | None = None,
-                finalists: list[dict[str, Any]] | None = None,
-                timeline: dict[str, float] | None = None, *,
-                baseline: dict[str, dict[str, Any]] | None = None,
-                earlier: list[list[float]] | None = None,
-                problems: Sequence[ProblemFinish] = ()) -> Snapshot:
-    """earlier: the spans of the sessions before this one (see Snapshot.sessions).
-    In a sweep over problems, the best is the first problem's, and problems: each one's
-    finish."""
+@dataclass(frozen=True)
+class Moments:
+    """When this session did what (the snapshot's timeline: session_start onwards, wall
+    clock), when it handed out its first trial, and the spans of the sessions before it
+    (see Snapshot.sessions)."""
+
+    timeline: dict[str, float]
+    earlier: list[list[float]]
+    first_dispatch_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the finish decided, as the run's files hold it: the finalists re-timed side
+    by side, the torch baseline's timing by device type, and in a sweep over problems
+    each problem's own (the head's are the first problem's)."""
+
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: Sequence[ProblemFinish] = ()
+
+
+def snapshot_of(spec: Spec, tally: Tally, state: RunState, moments: Moments,
+                settled: Settled = Settled()) -> Snapshot:
+    """In a sweep over problems, the best is the first problem's."""
     now = time.time()
-    this = [[timeline["session_start"], now]] if timeline and "session_start" in timeline \
-        else []
+    timeline = moments.timeline
+    this = [[timeline["session_start"], now]] if "session_start" in timeline else []
     head = tally.headline
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=head.best,
-                    first_dispatch_at=first_dispatch_at, finalists=finalists or [],
-                    timeline=dict(timeline or {}), by_device=dict(head.by_device),
-                    baseline=dict(baseline or {}), sessions=[*(earlier or []), *this],
-                    written_at=now, by_problem=problems_of(spec, tally, problems))
+                    first_dispatch_at=moments.first_dispatch_at,
+                    finalists=list(settled.finalists), timeline=dict(timeline),
+                    by_device=dict(head.by_device), baseline=dict(settled.baseline),
+                    sessions=[*moments.earlier, *this], written_at=now,
+                    by_problem=problems_of(spec, tally, settled.problems))
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -272,20 +288,13 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
 
 
 def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
-             finalists: list[dict[str, Any]] | None = None,
-             first_dispatch_at: float | None = None,
-             timeline: dict[str, float] | None = None, *,
-             baseline: dict[str, dict[str, Any]] | None = None,
-             earlier: list[list[float]] | None = None,
-             problems: Sequence[ProblemFinish] = ()) -> None:
-    """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json.
-    problems: in a sweep over problems, each one's finish."""
+             moments: Moments, settled: Settled) -> None:
+    """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
-    snap = snapshot_of(spec, tally, state, first_dispatch_at, finalists, timeline,
-                       baseline=baseline, earlier=earlier, problems=problems)
+    snap = snapshot_of(spec, tally, state, moments, settled)
     write_best(run.best, snap.best, fingerprint=spec.fingerprint, partial=state != "complete",
-               finalists=finalists or [], by_device=snap.by_device, baseline=baseline,
-               by_problem=snap.by_problem)
+               finalists=list(settled.finalists), by_device=snap.by_device,
+               baseline=dict(settled.baseline), by_problem=snap.by_problem)
     write_snapshot(run.snapshot, snap)
 
 

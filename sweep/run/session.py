@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 
@@ -34,8 +33,7 @@ from sweep.console import Output, say
 from sweep.engines import machine
 from sweep.engines.prestart import Prestart
 from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
-from sweep.results.errors import common_errors
-from sweep.results.summary import print_summary, problem_labels, resume_command
+from sweep.results.summary import print_errors, print_summary, problem_labels, resume_command
 from sweep.run import cache_policy, opening, repair, rundir
 from sweep.run.assembly import (
     Assembly,
@@ -208,7 +206,7 @@ class Session:
                        + nothing + repair.repair_complete(run, self.spec, self.space, loaded))
         self.ending = SessionEnd("complete")
         if not pc.any(pc.equal(loaded.records.column("status"), "ok")).as_py():
-            _print_errors(self.io.out, loaded.records)
+            print_errors(self.io.out, loaded.records)
             return EXIT_NONE_WORKED
         return EXIT_OK
 
@@ -299,8 +297,8 @@ class Session:
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
         def snapshot() -> None:
-            write_snapshot(run.snapshot, rundir.snapshot_of(
-                spec, tally, "running", timeline=self.timeline, earlier=self.earlier))
+            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running",
+                                                            self._moments(None)))
             checkpoint.maybe_start()
 
         budget = TimeBudget(t0, request.time_budget_s)
@@ -311,8 +309,7 @@ class Session:
         drove = _Outcome("failed", work, Finish(), None, None, budget)
         in_flight = True  # an exception is on its way out of the try below
         try:
-            snapshot_now = rundir.snapshot_of(spec, tally, "running", timeline=self.timeline,
-                                              earlier=self.earlier)
+            snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
             write_snapshot(run.snapshot, snapshot_now)
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, self.io.err,
@@ -356,15 +353,18 @@ class Session:
             on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
             kinds=placement.kinds, feed=work.feed), work.compile_limit)
 
+    def _moments(self, driver: Driver | None) -> rundir.Moments:
+        return rundir.Moments(self.timeline, self.earlier,
+                              driver.first_dispatch_at if driver else None)
+
     def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
-        first = drove.driver.first_dispatch_at if drove.driver else None
+        finish = drove.finish
         try:
             rundir.finalize(run, self.spec, self.space, drove.work.tally,
                             drove.state,  # type: ignore[arg-type]
-                            drove.finish.finalists, first, self.timeline,
-                            baseline=drove.finish.baseline, earlier=self.earlier,
-                            problems=[(f.finalists, f.baseline)
-                                      for f in drove.finish.problems])
+                            self._moments(drove.driver),
+                            rundir.Settled(finish.finalists, finish.baseline,
+                                           [(f.finalists, f.baseline) for f in finish.problems]))
         except OSError as e:
             if not storage_error(e, self.path) or not in_flight:
                 raise  # alone, a full disk is one line and exit 1 (see execute)
@@ -406,7 +406,7 @@ class Session:
                            "counts its own")
         if state == "complete" and tally.best is None:
             table = read_parquet(run.trials, columns=["index", "status", "error"])
-            _print_errors(self.io.out, table)
+            print_errors(self.io.out, table)
             return EXIT_NONE_WORKED
         if drove.lost is not None:
             self.io.note(f"error: {drove.lost}; every finished trial is written. Resume "
@@ -482,15 +482,6 @@ class Session:
 
 def _failed(future: Future[Spec] | None) -> bool:
     return future is not None and future.done() and future.exception() is not None
-
-
-def _print_errors(out: Console, records: pa.Table, top: int = 5) -> None:
-    """Why nothing worked: the commonest errors, grouped, so the user need not open the
-    table to find out."""
-    groups = common_errors(records, top)
-    say(out, "  no config succeeded; the commonest errors:")
-    for group in groups:
-        say(out, f"    {group.count:>6} × {group.status}: {group.example} (e.g. #{group.index})")
 
 
 def _note_interpreted_options(spec: Spec, backend: str, err: Console) -> None:
