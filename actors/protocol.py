@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from storage.records import TrialRecord
 
@@ -125,13 +125,21 @@ class WorkerFailed:
 WorkerMessage = BatchStarted | TrialStarted | Note | Finished
 
 
+class Trial(NamedTuple):
+    """One trial as the driver deals it and a worker takes it."""
+
+    index: int  # type: ignore[assignment]  # the config's, in place of tuple.index
+    config: dict[str, Any]  # as the worker launches it (a problem's keys in it)
+    attempt: int
+
+
 @dataclass(frozen=True)
 class Batch:
     """What TrialWorker.run gets. One object, so Ray pickles it whole: given a list, Ray's
     msgpack walks every trial in Python, a cost per trial the driver pays."""
 
     number: int
-    trials: list[tuple[int, dict[str, Any], int]]  # index, config, attempt
+    trials: list[Trial]
     ahead: Sequence[tuple[int, dict[str, Any]]] = ()
     limit: CompileLimit | None = None
 

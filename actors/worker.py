@@ -41,6 +41,7 @@ from actors.protocol import (
     Finished,
     Note,
     Retimed,
+    Trial,
     TrialStarted,
     WorkerFailed,
     WorkerMessage,
@@ -157,7 +158,7 @@ class _Held:
     """A batch the worker holds: the trials not yet begun, and its outgoing messages."""
 
     number: int
-    trials: list[tuple[int, dict[str, Any], int]]
+    trials: list[Trial]
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     started: bool = False
 
@@ -281,7 +282,7 @@ class TrialWorker:
             if self.pool is None:
                 held = held_now[0]
                 return held, self._take(held, 0), None
-            keys = [t[0] for h in held_now for t in h.trials]
+            keys = [t.index for h in held_now for t in h.trials]
             got: tuple[int, Compiled | None] | None = self.pool.take(keys)
             up = self.pool.started()
             for text in self.pool.notices():
@@ -293,7 +294,7 @@ class TrialWorker:
                 # Only a light one: a heavy tile's compile can outlast the trial's
                 # timeout there (minutes, for 1-2 warps on 32x8192), where no compile
                 # limit stops it. Once the pool is down, every config is compiled here.
-                configs = {t[0]: t[1] for h in held_now for t in h.trials}
+                configs = {t.index: t.config for h in held_now for t in h.trials}
                 weight = {k: compile_weight(configs[k], self.problem_keys) for k in keys}
                 waited = time.monotonic() - (idle_since or time.monotonic())
                 any_weight = self.pool.down() or waited >= HEAVY_WAIT_S
@@ -310,7 +311,7 @@ class TrialWorker:
             key, compiled = got
             for held in held_now:
                 for i, trial in enumerate(held.trials):
-                    if trial[0] == key:
+                    if trial.index == key:
                         return held, self._take(held, i), compiled
 
     def _light_weight(self) -> float:
@@ -319,7 +320,7 @@ class TrialWorker:
             self._light = (len(self._weights), statistics.median_low(self._weights))
         return self._light[1]
 
-    def _take(self, held: _Held, position: int) -> tuple[int, dict[str, Any], int]:
+    def _take(self, held: _Held, position: int) -> Trial:
         with self._changed:
             trial = held.trials.pop(position)
             if not held.trials:

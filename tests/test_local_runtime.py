@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import ROOT, simulate_spec, sweep_proc
 
-from actors.protocol import WorkerSettings
+from actors.protocol import Trial, WorkerSettings
 from sweep.engines import machine
 from sweep.engines import selection as engines
 from sweep.engines.local_runtime import LocalRuntime
@@ -68,7 +68,7 @@ def pid_of(worker: str, runtime: LocalRuntime) -> int:
 def test_a_batch_sent_before_the_worker_is_up_runs_and_streams_every_record():
     with running(settings(), Placement(workers=1)) as runtime:
         runtime.start("w1")
-        trials = [(i, {"A": i}, 1) for i in range(50)]
+        trials = [Trial(i, {"A": i}, 1) for i in range(50)]
         runtime.submit("w1", 0, trials, ())  # at once: the worker is not up yet
         seen = events_until(runtime, lambda ev: any(isinstance(e, BatchDone) for e in ev))
         assert any(isinstance(e, WorkerUp) for e in seen)
@@ -82,7 +82,7 @@ def test_a_batch_sent_before_the_worker_is_up_runs_and_streams_every_record():
 def test_a_worker_killed_mid_batch_is_lost_with_how_it_ended_and_nothing_sent_is_lost():
     with running(settings(trial_ms=50), Placement(workers=1)) as runtime:
         runtime.start("w1")
-        runtime.submit("w1", 0, [(i, {"A": i}, 1) for i in range(200)], ())
+        runtime.submit("w1", 0, [Trial(i, {"A": i}, 1) for i in range(200)], ())
         seen = events_until(runtime, lambda ev: sum(
             len(e.records) for e in ev if isinstance(e, TrialsDone)) >= 3)
         os.kill(pid_of("w1", runtime), signal.SIGKILL)
@@ -98,7 +98,7 @@ def test_a_worker_killed_mid_batch_is_lost_with_how_it_ended_and_nothing_sent_is
 def test_a_worker_that_dies_in_a_trial_is_lost_with_its_exit_code():
     with running(settings(crash_rate=1.0), Placement(workers=1)) as runtime:
         runtime.start("w1")
-        runtime.submit("w1", 0, [(0, {"A": 0}, 1)], ())
+        runtime.submit("w1", 0, [Trial(0, {"A": 0}, 1)], ())
         seen = events_until(runtime, lambda ev: any(isinstance(e, WorkerLost) for e in ev))
         assert "exit code 17" in seen[-1].why
 

@@ -27,6 +27,7 @@ from actors.protocol import (
     BatchStarted,
     CompileLimit,
     Finished,
+    Trial,
     TrialStarted,
     WorkerSettings,
 )
@@ -114,8 +115,8 @@ def make_worker(pool: ScriptedPool) -> tuple[TrialWorker, RecordingBackend]:
     return TrialWorker(SETTINGS, "w1", parts=(backend, pool)), backend
 
 
-def trials(*indices: int) -> list[tuple[int, dict[str, Any], int]]:
-    return [(i, {"i": i}, 1) for i in indices]
+def trials(*indices: int) -> list[Trial]:
+    return [Trial(i, {"i": i}, 1) for i in indices]
 
 
 def one_by_one(stream: Iterator[list[Any]]) -> Iterator[Any]:
@@ -260,7 +261,7 @@ def test_before_its_pool_is_up_the_worker_compiles_the_likely_quickest_config_fi
     pool = ScriptedPool(up=False, down=True)  # a pool that cannot start: all compile here
     w, backend = make_worker(pool)
     big, small = {"i": 0, "BLOCK": 256, "num_stages": 4}, {"i": 1, "BLOCK": 16, "num_stages": 2}
-    list(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
+    list(w.run(Batch(0, [Trial(0, big, 1), Trial(1, small, 1)])))
     assert [i for i, _ in backend.ran] == [1, 0]  # the small tile first, not the order sent
 
 
@@ -272,7 +273,7 @@ def test_a_heavy_config_waits_for_the_pool_rather_than_compile_where_no_limit_st
     pool = ScriptedPool(up=False)
     w, backend = make_worker(pool)
     big, small = {"i": 0, "BLOCK": 8192, "ROWS": 32}, {"i": 1, "BLOCK": 2048, "ROWS": 1}
-    stream = one_by_one(w.run(Batch(0, [(0, big, 1), (1, small, 1)])))
+    stream = one_by_one(w.run(Batch(0, [Trial(0, big, 1), Trial(1, small, 1)])))
     assert next(stream) == BatchStarted()
     assert next(stream) == TrialStarted(1, 0, ahead=False)
     assert next(stream).index == 1
@@ -337,7 +338,7 @@ def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(m
     backend = FirstTrialOutlastsPoolStart()
     w = TrialWorker(SETTINGS, "w1", parts=(backend, pool))
     try:
-        configs = [(i, {**CONFIG, "BLOCK_N": 16 * (i + 1), "i": i}, 1) for i in range(4)]
+        configs = [Trial(i, {**CONFIG, "BLOCK_N": 16 * (i + 1), "i": i}, 1) for i in range(4)]
         messages = list(one_by_one(w.run(Batch(0, configs))))
     finally:
         pool.close()

@@ -27,13 +27,13 @@ from actors.protocol import (
     TrialStarted,
     WorkerMessage,
 )
+from actors.protocol import Trial as Trial  # what a runtime's submit takes
 from storage.records import TrialRecord
 
 if TYPE_CHECKING:
     from actors.protocol import WorkerSettings
     from sweep.spec import Spec
 
-Trial = tuple[int, dict[str, Any], int]  # index, config, attempt
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class Driver:
         self.tally = tally
         # Configs are looked up when sent: a queued trial holds a shared empty one (at a
         # million trials, a dict each would be a hundred MB).
-        self.queue: deque[Trial] = deque((i, _UNSENT, spent.get(i, 0) + 1) for i in todo)
+        self.queue: deque[Trial] = deque(Trial(i, _UNSENT, spent.get(i, 0) + 1) for i in todo)
         self.spent = spent
         self.feed = feed
         self.deaths = dict(deaths)
@@ -235,7 +235,7 @@ class Driver:
 
     def _submit(self, slot: Slot, trials: list[Trial], probation: bool = False) -> None:
         configs = self.space.configs([i for i, _, _ in trials])
-        trials = [(i, config, attempt) for (i, _, attempt), config in zip(trials, configs)]
+        trials = [Trial(i, config, attempt) for (i, _, attempt), config in zip(trials, configs)]
         if slot.head() is None:  # an idle worker: this batch is due now
             slot.since = self.runtime.monotonic()
         self.dispatched += len(trials)
@@ -335,7 +335,7 @@ class Driver:
                     "crashed", "skipped", error=f"its worker died: {event.why}"))
             else:
                 self.probation.add(index)
-                rest.insert(0, (index, config, attempt + 1))
+                rest.insert(0, Trial(index, config, attempt + 1))
         self.pool.replace(slot)
         self._requeue(rest)
 
@@ -402,7 +402,8 @@ class Driver:
             self._push_limit()
         self.tally.add(records)
         if self.feed is not None:
-            self.queue.extend((i, _UNSENT, self.spent.get(i, 0) + 1) for i in self.feed(records))
+            self.queue.extend(Trial(i, _UNSENT, self.spent.get(i, 0) + 1)
+                              for i in self.feed(records))
         try:
             for observer in self.observers:
                 observer.on_records(records, self.tally)
