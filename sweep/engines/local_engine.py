@@ -11,7 +11,7 @@ from actors.protocol import WorkerSettings
 from storage.cache import library_versions
 from sweep.engines import machine
 from sweep.engines.local_runtime import LocalRuntime
-from sweep.engines.placement import kinds_for
+from sweep.engines.placement import Inventory, place
 from sweep.engines.runtime import Placement
 from sweep.spec import Spec, SpecError
 
@@ -50,40 +50,11 @@ class LocalEngine:
         return resolve(requested, gpus)
 
     def placement(self, spec: Spec, backend: str) -> Placement:
-        cap = spec.run.workers
-        if backend == "simulate":
-            if spec.simulate.resources:
-                raise SpecError(f"{spec.path}: simulate.resources: asks Ray for resources, "
-                                "and this run's runtime is local (run.runtime: ray, or "
-                                "--address, runs it on Ray)")
-            if spec.simulate.devices:
-                kinds = kinds_for(spec, dict(spec.simulate.devices), cap, "simulated device")
-                return Placement(workers=len(kinds), kinds=kinds)
-            if spec.run.accelerator_types is not None:
-                raise SpecError(f"{spec.path}: run.accelerator_types: the simulate backend's "
-                                "device types are simulate.devices, and it names none")
-            return Placement(workers=cap or spec.simulate.workers)
-        if spec.run.accelerator_types is not None and not traits(backend).gpu:
-            raise SpecError(f"{spec.path}: run.accelerator_types: chooses GPU types, but this "
-                            f"run's backend is {backend}")
-        if backend == "replay":
-            return Placement(workers=cap or spec.replay.workers,
-                             compile_workers=spec.replay.compile_slots)
-        if backend == "cuda":
-            gpus = self.gpus()
-            available: dict[str, int] = {}
-            for kind in gpus.values():
-                available[kind] = available.get(kind, 0) + 1
-            kinds = kinds_for(spec, available, cap, "GPU") \
-                if len(available) > 1 or spec.run.accelerator_types is not None else ()
-            # The machine's other CPUs compile ahead of its GPUs: one for each worker.
-            per_gpu = machine.cpus() // max(len(gpus), 1)
-            return Placement(workers=len(kinds) if kinds else min(cap or len(gpus), len(gpus)),
-                             num_gpus=1, num_cpus=1, compile_workers=max(1, per_gpu - 1),
-                             kinds=kinds)
-        cpus = machine.cpus()
-        return Placement(workers=min(cap or cpus, cpus), num_cpus=1,
-                         env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})
+        gpus = self.gpus() if backend == "cuda" else {}
+        types: dict[str, int] = {}
+        for kind in gpus.values():
+            types[kind] = types.get(kind, 0) + 1
+        return place(spec, backend, Inventory(gpus=len(gpus), types=types, cpus=machine.cpus()))
 
     def device_names(self, kinds: Sequence[str], stop_requested: Callable[[], bool]
                      ) -> list[tuple[str, dict[str, str]]] | None:

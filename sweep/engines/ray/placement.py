@@ -12,7 +12,7 @@ import ray
 
 from actors.backends import AUTO, resolve, traits
 from sweep.engines import machine
-from sweep.engines.placement import kinds_for
+from sweep.engines.placement import Inventory, place
 from sweep.engines.ray.runtime import TYPE_RESOURCE
 from sweep.engines.runtime import Placement
 from sweep.spec import Spec, SpecError
@@ -97,36 +97,7 @@ def labelled_types() -> set[str]:
 
 
 def placement(spec: Spec, backend: str) -> Placement:
-    cap = spec.run.workers
-    if backend == "simulate":
-        if spec.simulate.devices:
-            kinds = kinds_for(spec, dict(spec.simulate.devices), cap, "simulated device")
-            return Placement(workers=len(kinds), num_cpus=0, kinds=kinds,
-                             resources=spec.simulate.resources)
-        if spec.run.accelerator_types is not None:
-            raise SpecError(f"{spec.path}: run.accelerator_types: the simulate backend's "
-                            "device types are simulate.devices, and it names none")
-        return Placement(workers=cap or spec.simulate.workers, num_cpus=0,
-                         resources=spec.simulate.resources)
-    if spec.run.accelerator_types is not None and not traits(backend).gpu:
-        raise SpecError(f"{spec.path}: run.accelerator_types: chooses GPU types, but this "
-                        f"run's backend is {backend}" + (" (the Ray cluster has no GPU yet?)"
-                                                         if traits(backend).interpreted else ""))
-    if backend == "replay":
-        return Placement(workers=cap or spec.replay.workers, num_cpus=0,
-                         compile_workers=spec.replay.compile_slots)
     resources = ray.cluster_resources()
-    if backend == "cuda":
-        gpus = int(resources.get("GPU", 0))
-        # The node's other CPUs compile ahead of its GPUs: one for each worker itself.
-        per_gpu = int(resources.get("CPU", 1)) // max(gpus, 1)
-        available = device_types()
-        # One type, and no choice among types: workers go wherever a GPU is free.
-        kinds = kinds_for(spec, available, cap, "GPU") \
-            if len(available) > 1 or spec.run.accelerator_types is not None else ()
-        return Placement(workers=len(kinds) if kinds else min(cap or gpus, gpus),
-                         num_gpus=1, num_cpus=1, compile_workers=max(1, per_gpu - 1),
-                         kinds=kinds)
-    cpus = max(1, int(resources.get("CPU", 1)))
-    return Placement(workers=min(cap or cpus, cpus), num_cpus=1,
-                     env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})
+    return place(spec, backend, Inventory(gpus=int(resources.get("GPU", 0)),
+                                          types=device_types() if backend == "cuda" else {},
+                                          cpus=int(resources.get("CPU", 1)), ray=True))
