@@ -27,6 +27,8 @@ from sweep.spec import BACKEND_CHOICES, RUNTIMES, SpecError
 from sweep.spec.constraints import clip_repr
 
 if TYPE_CHECKING:
+    from storage.best_file import Choice
+    from storage.records import Best
     from sweep.run.request import Request
     from sweep.run.session import Session
 
@@ -307,30 +309,27 @@ def _in_its_run(entry: Any) -> tuple[int | None, list[dict[str, Any]]]:
     """A cache entry's index in the table of the run it came from, and the finalists that
     chose it there, from that run's best.json (None and [] where it says otherwise; in a
     run over problems, its problem's)."""
-    from storage.snapshot import read_best
+    from storage.best_file import read_best
 
-    doc = read_best(Path(entry.run_dir) / "best.json", entry.fingerprint)
-    if doc is None:
+    found = read_best(Path(entry.run_dir) / "best.json", entry.fingerprint)
+    if found is None:
         return None, []
-    if doc.get("by_problem"):  # a run over problems: the entry's problem's ({}: none)
-        doc = next((p for p in doc["by_problem"] if p["problem"] == dict(entry.problem)), {})
-    mine = (doc.get("by_device") or {}).get(entry.device) or doc
-    config = mine.get("config") or {}
-    if mine.get("device") not in (None, entry.device) or \
-            any(config.get(k) != v for k, v in entry.config.items()):
+    choice: Choice | None = found.choice
+    if found.by_problem:  # a run over problems: the entry's problem's
+        choice = next((p.choice for p in found.by_problem
+                       if p.problem == dict(entry.problem)), None)
+    mine = choice.by_device.get(entry.device) if choice is not None else None
+    if choice is None or mine is None or \
+            any(mine.config.get(k) != v for k, v in entry.config.items()):
         return None, []
-    return mine.get("index"), [f for f in doc.get("finalists") or []
-                               if f.get("device", entry.device) == entry.device]
+    return mine.index, [f for f in choice.finalists
+                        if f.get("device", entry.device) == entry.device]
 
 
 def _from_run_dir(path: Path, state: str | None, code: int | None,
                   elapsed_s: float) -> SweepResult:
-    from storage.records import Best
     from storage.snapshot import SnapshotError, read_snapshot
     from sweep.run.rundir import RunDir
-
-    def best_of(b: Best) -> BestConfig:
-        return BestConfig(dict(b.config), b.latency_ms, b.device, b.index)
 
     try:
         snap = read_snapshot(RunDir(path).snapshot)
@@ -339,8 +338,8 @@ def _from_run_dir(path: Path, state: str | None, code: int | None,
                            exit_code=code, elapsed_s=elapsed_s)
     return SweepResult(
         state=state or snap.state, run_dir=path, exit_code=code,
-        best=best_of(snap.best) if snap.best else None,
-        by_device={d: best_of(b) for d, b in snap.by_device.items()},
+        best=_best_in(snap.best) if snap.best else None,
+        by_device={d: _best_in(b) for d, b in snap.by_device.items()},
         finalists=list(snap.finalists), counts=dict(snap.counts), total=snap.total,
         done=snap.done, elapsed_s=elapsed_s,
         by_problem=_problems(path, snap.fingerprint, snap.state, snap.by_problem))
@@ -349,17 +348,18 @@ def _from_run_dir(path: Path, state: str | None, code: int | None,
 def _problems(path: Path, fingerprint: str, state: str, snapped: list[Any]) -> list[ProblemBest]:
     """Each problem's best, from best.json; while a run goes on, from the snapshot (as
     `best` is): best.json is then an earlier session's, or none."""
-    from storage.snapshot import read_best
+    from storage.best_file import problem_choices, read_best
 
-    doc = read_best(path / "best.json", fingerprint) if state != "running" else None
-    return [ProblemBest(dict(p["problem"]), _best_in(p) if p["config"] is not None else None,
-                        {d: _best_in(b, d) for d, b in p["by_device"].items()},
-                        list(p["finalists"]))
-            for p in (doc.get("by_problem", []) if doc is not None else snapped)]
+    found = read_best(path / "best.json", fingerprint) if state != "running" else None
+    problems = found.by_problem if found is not None else problem_choices(snapped)
+    return [ProblemBest(dict(p.problem), _best_in(p.choice.best) if p.choice.best else None,
+                        {d: _best_in(b) for d, b in p.choice.by_device.items()},
+                        list(p.choice.finalists))
+            for p in problems]
 
 
-def _best_in(b: dict[str, Any], device: str | None = None) -> BestConfig:
-    return BestConfig(dict(b["config"]), b["latency_ms"], device or b["device"], b["index"])
+def _best_in(b: Best) -> BestConfig:
+    return BestConfig(dict(b.config), b.latency_ms, b.device, b.index)
 
 
 def _check_plain(value: object, where: str) -> None:

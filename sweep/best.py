@@ -22,6 +22,7 @@ from sweep.console import say
 from sweep.tuned import config_line
 
 if TYPE_CHECKING:
+    from storage.best_file import BestFile, Choice
     from sweep.dispatch import Table
     from sweep.run.rundir import RunDir
     from sweep.spec import Spec
@@ -53,52 +54,51 @@ def show_best(target: Path, as_json: bool, out: Console, python: Path | None = N
 
 
 def _of_run(path: Path) -> tuple[list[dict[str, Any]], str]:
-    doc = run_best(path)
+    found = run_best(path)
     run_dir = str(path.resolve())
-    problems = doc.get("by_problem")
-    if problems and any(p["config"] is not None for p in problems):
+    problems = found.by_problem
+    if problems and any(p.choice.best is not None for p in problems):
         return [e for p in problems
-                for e in _entries(p, doc["partial"], run_dir, p["problem"])], ""
-    if problems or doc["config"] is None:
+                for e in _entries(p.choice, found.partial, run_dir, p.problem)], ""
+    if problems or found.choice.best is None:
         return [], f"{path}: no config succeeded"
-    return _entries(doc, doc["partial"], run_dir), ""
+    return _entries(found.choice, found.partial, run_dir), ""
 
 
-def _entries(best: dict[str, Any], partial: bool, run_dir: str,
+def _entries(choice: Choice, partial: bool, run_dir: str,
              problem: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """A best's entry for each device type, fastest first: best.json's head, or one
     problem's (then each names it; one no config succeeded for is one entry of nulls, so
     that the list keeps a place for every problem)."""
     named = {"problem": dict(problem)} if problem is not None else {}
-    if best["config"] is None:
+    if choice.best is None:
         return [{"device": None, "config": None, "latency_ms": None, "index": None,
                  "partial": partial, "run_dir": run_dir, **named}]
-    by_device = best.get("by_device") or {best["device"]: best}
-    entries = [{"device": device, "config": b["config"], "latency_ms": b["latency_ms"],
-                "index": b["index"], "partial": partial, "run_dir": run_dir, **named}
-               for device, b in by_device.items()]
+    entries = [{"device": device, "config": b.config, "latency_ms": b.latency_ms,
+                "index": b.index, "partial": partial, "run_dir": run_dir, **named}
+               for device, b in choice.by_device.items()]
     return sorted(entries, key=lambda e: (e["latency_ms"], e["index"]))
 
 
-def run_best(path: Path) -> dict[str, Any]:
+def run_best(path: Path) -> BestFile:
     """The run's best.json, checked as this run's (SpecError, one line, where the folder
     is no run or its best.json is missing, damaged or not yet written)."""
+    from storage.best_file import read_best
     from storage.lock import holder
-    from storage.snapshot import read_best
     from sweep.run.rundir import RunDir, read_meta
     from sweep.spec import SpecError
 
     run = RunDir(path)
     if not run.meta.exists():
         raise SpecError(f"{path}: not a sweep run directory (no run.json)")
-    doc = read_best(run.best, read_meta(run)["fingerprint"])
-    if doc is None:
+    found = read_best(run.best, read_meta(run)["fingerprint"])
+    if found is None:
         busy = holder(path)
         if busy is not None:
             raise SpecError(f"{run.best}: not written yet: the run is in use by a sweep "
                             f"({busy}), which writes it when it stops")
         raise SpecError(f"{run.best}: missing or damaged; `sweep resume {path}` rebuilds it")
-    return doc
+    return found
 
 
 def _of_spec(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -159,10 +159,11 @@ def write_python(target: Path, dest: Path, out: Console) -> int:
     return EXIT_OK
 
 
-def _table(path: Path, doc: dict[str, Any]) -> Table:
+def _table(path: Path, found: BestFile) -> Table:
     """What the module holds: each problem's best (the kernel's defaults merged into each
     problem), and which of its keys no problem wrote (the defaults a caller may leave
     out)."""
+    from storage.best_file import ProblemChoice
     from storage.readback import finite, read_json
     from sweep.dispatch import Table, Tuned
     from sweep.run.rundir import RunDir, read_meta
@@ -172,24 +173,25 @@ def _table(path: Path, doc: dict[str, Any]) -> Table:
     meta = read_meta(run)
     spec = _declared_spec(run, meta["declared"])
     written = {*spec.problem_as_written, *(k for e in spec.problem_entries for k in e)}
-    problems = doc.get("by_problem") or [
-        {**doc, "problem": _merged_problem(run, meta["fingerprint"], spec.problem_as_written)}]
-    defaults = {k: v for k, v in problems[0]["problem"].items()
-                if k not in written and all(p["problem"].get(k) == v for p in problems)}
+    problems = found.by_problem or [ProblemChoice(
+        _merged_problem(run, meta["fingerprint"], spec.problem_as_written), 0, 0,
+        found.choice)]
+    defaults = {k: v for k, v in problems[0].problem.items()
+                if k not in written and all(p.problem.get(k) == v for p in problems)}
     try:
         started = read_json(run.meta)["created_at"]
     except (OSError, ValueError, KeyError, TypeError):
         started = None
-    tuned = [Tuned(problem=p["problem"], config=p["config"], device=p["device"],
-                   latency_ms=p["latency_ms"], index=p["index"],
-                   by_device={d: b["config"] for d, b in (
-                       p.get("by_device") or ({p["device"]: p} if p["config"] is not None else {})
-                   ).items()})
-             for p in problems]
+    tuned = [Tuned(problem=p.problem, config=best.config if best else None,
+                   device=best.device if best else None,
+                   latency_ms=best.latency_ms if best else None,
+                   index=best.index if best else None,
+                   by_device={d: b.config for d, b in p.choice.by_device.items()})
+             for p in problems for best in [p.choice.best]]
     return Table(kernel=spec.kernel, name=meta["name"], run_dir=str(path.resolve()),
                  fingerprint=meta["fingerprint"],
                  started_at=started if finite(started, low=0.0, high=1e11) else None,
-                 partial=doc["partial"], problems=tuned, defaults=defaults,
+                 partial=found.partial, problems=tuned, defaults=defaults,
                  launch_options=LAUNCH_OPTIONS)
 
 

@@ -8,8 +8,9 @@ import json
 import pytest
 from conftest import simulate_spec, sweep_cli
 
+from storage.best_file import read_best, write_best
 from storage.records import Best, TrialRecord
-from storage.snapshot import Snapshot, read_best, write_best, write_snapshot
+from storage.snapshot import Snapshot, write_snapshot
 from sweep.report.analysis import analyse
 from sweep.run import rundir
 from sweep.run.rundir import RunDir, RunLog
@@ -185,9 +186,14 @@ def test_best_json_from_before_the_baseline_is_still_read(tmp_path):
     best = path / "best.json"
     doc = json.loads(best.read_text())
     fingerprint = doc["fingerprint"]
-    del doc["baseline"]
+    del doc["baseline"], doc["by_device"]
     best.write_text(json.dumps(doc))
-    assert read_best(best, fingerprint) == doc
+    found = read_best(best, fingerprint)
+    assert found is not None and found.choice.baseline == {}
+    assert (found.choice.best.index, found.choice.best.config) == (doc["index"], doc["config"])
+    assert found.choice.finalists == doc["finalists"]
+    # Before by_device, the head was its one device's best.
+    assert found.choice.by_device == {doc["device"]: found.choice.best}
     doc["surprise"] = 1
     best.write_text(json.dumps(doc))
     assert read_best(best, fingerprint) is None

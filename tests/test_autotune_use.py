@@ -26,9 +26,10 @@ import pytest
 import yaml
 from conftest import sweep_in, sweep_proc
 
+from storage.best_file import problem_doc, write_best
 from storage.capture import Arg, Call, Capture, CapturedConfig, TensorArg, write_capture
 from storage.records import Best
-from storage.snapshot import checksum, problem_doc, write_best
+from storage.snapshot import checksum
 from sweep.autotune.use import load, nearest_key
 
 ROOT = Path(__file__).resolve().parents[1]

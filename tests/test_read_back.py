@@ -448,7 +448,8 @@ def test_the_checks_read_what_this_tool_writes(finished, tmp_path):
     """Every file of a real run passes its reader's checks (a check too strict would turn
     a good run into a refusal)."""
     out = sim_run(tmp_path, finished)
-    from storage.snapshot import read_best, read_snapshot
+    from storage.best_file import read_best
+    from storage.snapshot import read_snapshot
     from sweep.run.rundir import RunDir, read_meta
 
     meta = read_meta(RunDir(out))

@@ -268,8 +268,8 @@ def write_interpreter_run(tmp_path, *, backend="interpret", error="boom"):
     rest worked, #0 fastest at 2.1 ms, then 694.2 ms and 1100.3 ms and slower."""
     import dataclasses
 
+    from storage.best_file import write_best
     from storage.records import Best, TrialRecord
-    from storage.snapshot import write_best
     from sweep.run import rundir
     from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec
@@ -492,8 +492,8 @@ def write_large_run(tmp_path, n=LARGE):
     in an order unlike their indices' (2.001 to 22 ms), and #n-7 fastest, at 1 ms."""
     import dataclasses
 
+    from storage.best_file import write_best
     from storage.records import Best, TrialRecord
-    from storage.snapshot import write_best
     from sweep.run import rundir
     from sweep.run.rundir import RunDir, RunLog
     from sweep.spec import load_spec

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from storage.best_file import BestFile, Choice
 from storage.cache import distance, sizes_apart
 from storage.capture import CaptureError, read_capture
 from sweep import EXIT_BAD_INPUT
@@ -82,7 +83,7 @@ def load(run_dir: str | os.PathLike[str]) -> Loaded:
                        "a capture's spec)" if path.exists() else
                        f"{path}: no such run directory")
     run = RunDir(path)
-    doc = run_best(path)  # run.json first: a folder that is no run is said so
+    found = run_best(path)  # run.json first: a folder that is no run is said so
     spec_doc = _spec_doc(run.spec)
     capture_file = _capture_of(run.spec, spec_doc)
     try:
@@ -91,20 +92,20 @@ def load(run_dir: str | os.PathLike[str]) -> Loaded:
         raise UseError(f"{e} (named by {run.spec})") from None
     table: dict[str, dict[Key, Config]] = {}
     labels: dict[str, dict[Key, str]] = {}
-    for problem in _problems(doc, spec_doc):
-        kernel, label = problem["problem"].get("kernel"), problem["problem"].get("key")
-        config = _config_here(problem)
+    for problem, choice in _problems(found, spec_doc):
+        kernel, label = problem.get("kernel"), problem.get("key")
+        config = _config_here(choice)
         if config is None:  # no config of this key succeeded: Triton's own autotune
             continue
         call = capture.call(kernel, label) if isinstance(kernel, str) and \
             isinstance(label, str) else None
-        if call is None:
+        if call is None or not isinstance(kernel, str) or not isinstance(label, str):
             raise UseError(f"{run.best}: the problem {{kernel: {kernel!r}, key: {label!r}}} "
                            f"is no call of {capture_file} (captured again since the run?)")
         table.setdefault(kernel, {})[call.key] = dict(config)
         labels.setdefault(kernel, {})[call.key] = label
     return Loaded(run_dir=path, capture=capture_file, table=table, labels=labels,
-                  partial=doc["partial"])
+                  partial=found.partial)
 
 
 def use(run_dir: str | os.PathLike[str], *, nearest: bool = False) -> Loaded:
@@ -156,31 +157,31 @@ def _capture_of(spec: Path, doc: Any) -> Path:
     return spec.parent / kernel[len(CAPTURE):]
 
 
-def _problems(doc: Mapping[str, Any], spec: Any) -> list[dict[str, Any]]:
-    """best.json's problems; a run of one problem has its best at the head only, and its
-    problem is the one its spec names (`problem:`, or `problems:` of one)."""
-    if doc.get("by_problem"):
-        return list(doc["by_problem"])
-    if doc["config"] is None or not isinstance(spec, dict):
+def _problems(found: BestFile, spec: Any) -> list[tuple[dict[str, Any], Choice]]:
+    """best.json's problems and their choices; a run of one problem has its best at the
+    head only, and its problem is the one its spec names (`problem:`, or `problems:` of
+    one)."""
+    if found.by_problem:
+        return [(p.problem, p.choice) for p in found.by_problem]
+    if found.choice.best is None or not isinstance(spec, dict):
         return []
     entries = spec.get("problems")
     one = entries[0] if isinstance(entries, list) and len(entries) == 1 else spec.get("problem")
     if not isinstance(one, dict):
         return []
-    return [{**doc, "problem": {"kernel": one.get("kernel"), "key": one.get("key")}}]
+    return [({"kernel": one.get("kernel"), "key": one.get("key")}, found.choice)]
 
 
-def _config_here(problem: Mapping[str, Any]) -> Config | None:
+def _config_here(choice: Choice) -> Config | None:
     """A problem's best on this process's device type where the run timed more than one
     (and this one among them), else its best."""
-    by_device = problem.get("by_device") or {}
-    if len(by_device) > 1:
+    if len(choice.by_device) > 1:
         from sweep.tuned import _device
 
-        here = by_device.get(_device(None)[1])
+        here = choice.by_device.get(_device(None)[1])
         if here is not None:
-            return here["config"]
-    return problem["config"]
+            return here.config
+    return choice.best.config if choice.best is not None else None
 
 
 def nearest_key(key: Key, tuned: Mapping[Key, Any]) -> Key | None:

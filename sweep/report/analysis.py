@@ -282,7 +282,8 @@ class _Pick:
 
 
 def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
-    from storage.snapshot import Snapshot, SnapshotError, read_best, read_snapshot
+    from storage.best_file import problem_choices, read_best
+    from storage.snapshot import Snapshot, SnapshotError, read_snapshot
 
     try:
         snap: Snapshot | None = read_snapshot(run.snapshot)
@@ -293,48 +294,37 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
     sessions = _session_starts(snap)
     total = snap.total if snap is not None else None
     timeline = dict(snap.timeline) if snap is not None else {}
-    doc = read_best(run.best, fingerprint)
-    if doc is not None and (snap is None or snap.state != "running"):
-        try:
-            return _Pick(
-                doc["index"], _retimed(doc["finalists"]),
-                {int(b["index"]) for b in (doc.get("by_device") or {}).values()}
-                | ({doc["index"]} if doc["index"] is not None else set()),
-                {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
-                 for d, t in (doc.get("baseline") or {}).items()},
-                bool(doc["partial"]) or state != "complete", sessions, total, timeline,
-                [_chose(p) for p in doc.get("by_problem", [])],
-                _one_pass(doc["finalists"], *(p["finalists"] for p in doc.get("by_problem", []))))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # parses, but not as this tool writes it: the snapshot's account stands
+    found = read_best(run.best, fingerprint)
+    if found is not None and (snap is None or snap.state != "running"):
+        head = found.choice
+        chose = _chose(head)
+        return _Pick(chose.winner, chose.finalists, chose.settled, chose.baseline,
+                     found.partial or state != "complete", sessions, total, timeline,
+                     [(_chose(p.choice), p.configs) for p in found.by_problem],
+                     _one_pass(head.finalists, *(p.choice.finalists for p in found.by_problem)))
     if snap is None:
         return _Pick(None, {}, set(), {}, True, sessions, total, timeline)
+    problems = problem_choices(snap.by_problem)
     return _Pick(snap.best.index if snap.best else None,
                  _retimed(snap.finalists),
                  {b.index for b in snap.by_device.values()},
-                 {d: {**_timing(t), "of": t.get("of", "baseline")}
-                  for d, t in snap.baseline.items()},
+                 _baseline(snap.baseline),
                  snap.state != "complete" or state != "complete", sessions, total, timeline,
-                 _by_problem(snap.by_problem), _one_pass(snap.finalists))
+                 [(_chose(p.choice), p.configs) for p in problems], _one_pass(snap.finalists))
 
 
-def _chose(doc: dict[str, Any]) -> tuple[Chose, int]:
-    """One problem of by_problem (best.json's or the snapshot's): what chose its winner,
-    and how many configs it has."""
-    index = doc["index"]
-    return Chose(
-        index, _retimed(doc["finalists"]),
-        {int(b["index"]) for b in doc["by_device"].values()}
-        | ({int(index)} if index is not None else set()),
-        {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
-         for d, t in doc["baseline"].items()}), int(doc["configs"])
+def _chose(choice: Any) -> Chose:
+    """What chose a winner (best.json's head, one problem's, the snapshot's problem's)."""
+    best = choice.best
+    return Chose(best.index if best else None, _retimed(choice.finalists),
+                 {b.index for b in choice.by_device.values()}
+                 | ({best.index} if best else set()),
+                 _baseline(choice.baseline))
 
 
-def _by_problem(docs: list[dict[str, Any]]) -> list[tuple[Chose, int | None]]:
-    try:
-        return [_chose(p) for p in docs]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return []  # not as this tool writes it: each problem ranked by its one pass
+def _baseline(baseline: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(d): {**_timing(t), "of": str(t.get("of", "baseline"))}
+            for d, t in baseline.items()}
 
 
 def _retimed(finalists: list[dict[str, Any]]) -> dict[int, dict[str, float]]:

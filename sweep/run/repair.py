@@ -4,8 +4,9 @@ are rebuilt, and nothing intact is rewritten."""
 
 from __future__ import annotations
 
+from storage.best_file import read_best, write_best
 from storage.journal import Journal, append_records
-from storage.snapshot import read_best, read_snapshot, write_best
+from storage.snapshot import read_snapshot
 from sweep.run import rundir
 from sweep.run.rundir import Loaded, RunDir
 from sweep.spec import Spec

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.atomic import write_bytes_atomically
+from storage.best_file import problem_doc, write_best
 from storage.journal import (
     Journal,
     RecordCheck,
@@ -28,14 +29,7 @@ from storage.journal_file import line_mark
 from storage.lines import encode, encode_attempt
 from storage.readback import ReadBackError, printable, read_json
 from storage.records import TrialRecord
-from storage.snapshot import (
-    RunState,
-    Snapshot,
-    checksum,
-    problem_doc,
-    write_best,
-    write_snapshot,
-)
+from storage.snapshot import RunState, Snapshot, checksum, write_snapshot
 from storage.table import build_table, json_metadata, records_from_table, write_table
 from storage.versions import installed_versions
 from sweep.results.tally import Tally
