@@ -129,9 +129,8 @@ MAX_PARAMETERS = 8
 OVER_THE_LIMIT = {
     "actors.compile_pool.CompilePool.__init__", "actors.triton_backend.TritonBackend.__init__",
     "benchmarks.third_party.retry", "storage.records.TrialRecord.from_outcome",
-    "sweep.results.summary.print_summary", "sweep.run.assembly.assemble",
-    "sweep.run.driver.Driver.__init__", "sweep.run.finish.after_trials",
-    "sweep.run.finish.retime_finalists", "sweep.spec.kernels.kernel_facts",
+    "sweep.results.summary.print_summary",
+    "sweep.spec.kernels.kernel_facts",
 }
 
 

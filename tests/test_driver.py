@@ -12,7 +12,7 @@ from fake_runtime import KILLED, Dies, Fails, FakeRuntime, Hangs, Ok, Start
 
 from storage.records import TrialRecord
 from sweep.results.tally import Tally
-from sweep.run.contracts import DriverFailed, Limits, SpentAttempt
+from sweep.run.contracts import DriverFailed, Limits, SpentAttempt, Work
 from sweep.run.driver import Driver
 from sweep.run.retiming import retime
 from sweep.spec.space import expand
@@ -48,13 +48,14 @@ class Events:
 
 
 def make(n: int, runtime: FakeRuntime, limits: Limits = LIMITS, workers: int = 2,
-         should_stop=lambda: False, todo=None, spent=None, deaths=None, **driver_args):
+         should_stop=lambda: False, todo=None, spent=None, deaths=None, kinds=(),
+         compile_limit=None, feed=None, **driver_args):
     log, events = MemoryLog(), Events()
     space = expand({"A": list(range(n))}, [])
-    driver = Driver(space, runtime, workers, limits, log, Tally(total=n),
-                    range(n) if todo is None else todo, spent or {}, deaths or {},
-                    should_stop=should_stop, on_snapshot=lambda: None, observers=[events],
-                    **driver_args)
+    work = Work(space, Tally(total=n), list(range(n)) if todo is None else todo, spent or {},
+                deaths or {}, limits, workers, kinds, compile_limit, feed)
+    driver = Driver(work, runtime, log, should_stop=should_stop, on_snapshot=lambda: None,
+                    observers=[events], **driver_args)
     return driver, log, events
 
 

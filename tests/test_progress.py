@@ -15,7 +15,7 @@ from actors.protocol import compile_weight
 from storage.records import TrialOutcome, TrialRecord
 from sweep.results.tally import Tally
 from sweep.run import progress
-from sweep.run.contracts import Limits
+from sweep.run.contracts import Limits, Work
 from sweep.run.driver import Driver
 from sweep.run.progress import CompileTail, ProgressReporter
 from sweep.search.scheduling import AdaptiveLimit
@@ -114,8 +114,8 @@ def test_the_eta_at_the_tail_counts_what_is_still_compiling(monkeypatch):
     done: set[int] = set()
     limits = Limits(trial_timeout_s=120, max_retries=1, drain_s=3, snapshot_every_s=30,
                     batch_size=1, depth=1, start_timeout_s=60)
-    driver = rep.watching(Driver(space, rt, 2, limits, MemoryLog(), tally,
-                                 [slow, *lights, *heavy], {}, {}, should_stop=lambda: False,
+    work = Work(space, tally, [slow, *lights, *heavy], {}, {}, limits, 2)
+    driver = rep.watching(Driver(work, rt, MemoryLog(), should_stop=lambda: False,
                                  on_snapshot=lambda: None, observers=[rep, Watch()]), None)
     assert driver.run() == "complete"
     driver.close()
@@ -136,9 +136,9 @@ def test_the_eta_at_the_tail_counts_what_is_still_compiling(monkeypatch):
 def test_a_configs_expected_compile_is_the_slowest_seen_no_heavier_within_the_limit():
     space = expand({"A": list(range(50))}, [])
     rt = FakeRuntime()
-    tail = CompileTail(Driver(space, rt, 1, Limits(60, 1, 3, 30), MemoryLog(), Tally(total=50),
-                              [], {}, {}, should_stop=lambda: False, on_snapshot=lambda: None),
-                       AdaptiveLimit(20.0, adaptive=False))
+    work = Work(space, Tally(total=50), [], {}, {}, Limits(60, 1, 3, 30), 1)
+    tail = CompileTail(Driver(work, rt, MemoryLog(), should_stop=lambda: False,
+                              on_snapshot=lambda: None), AdaptiveLimit(20.0, adaptive=False))
     def weight(a: int) -> float:
         return compile_weight({"A": a})
 

@@ -25,7 +25,7 @@ from sweep.console import say
 from sweep.engines.runtime import Placement
 from sweep.results.tally import Tally
 from sweep.run import rundir
-from sweep.run.contracts import Limits
+from sweep.run.contracts import Limits, Work
 from sweep.run.rundir import Loaded, RunDir
 from sweep.search.per_problem import search_strategy
 from sweep.search.scheduling import AdaptiveLimit, compile_order
@@ -40,28 +40,34 @@ DEPTH = 2  # batches in flight per worker
 
 @dataclass
 class Assembly:
-    """What the driver is handed, and what the session needs of it afterwards."""
+    """What the driver is handed (work: its tally, what the journal holds that counts and
+    on from there), and what the session needs of it afterwards."""
 
-    tally: Tally  # what the journal holds that counts, and on from there
-    todo: list[int]  # configs to hand out first, in order
-    spent: dict[int, int]  # index -> highest attempt spent
-    deaths: dict[int, int]  # index -> worker deaths while it ran
+    work: Work
     pruned_before: pa.Table | None  # a search's pruned rows, when resuming
     search: Search | None
-    feed: Callable[[list[TrialRecord]], list[int]] | None  # a search's next configs
-    compile_limit: AdaptiveLimit | None
     settings: WorkerSettings
-    limits: Limits
     replay_cache: str | None  # a directory to remove once the run ends
     done_before: int = 0  # trials the journal held when this session began
 
 
-def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
-             retry: frozenset[str], plan: SearchPlan | None, backend: str,
+@dataclass(frozen=True)
+class Start:
+    """Where a session's run begins: its journal read back (None: a new run), the statuses
+    `--retry` runs again, a search's plan, the trials it hands out at most, and every
+    config in compile order (a new run's, computed once, perhaps before it is asked for)."""
+
+    loaded: Loaded | None
+    retry: frozenset[str]
+    plan: SearchPlan | None
+    max_trials: int | None
+    full_order: Callable[[], list[int]]
+
+
+def assemble(run: RunDir, spec: Spec, space: Space, start: Start, backend: str,
              placement: Placement, prestarted: dict[str, tuple[str, str, int]],
-             max_trials: int | None, full_order: Callable[[], list[int]],
              err: Console) -> Assembly:
-    """full_order: every config in compile order (a new run's, computed once)."""
+    loaded, retry, plan = start.loaded, start.retry, start.plan
     tally, done, spent, deaths, records, pruned_before = _resumed(
         run, spec, space, loaded, retry, err)
     search = _replayed_search(spec, space, records, retry, plan, run.path, err)
@@ -80,7 +86,8 @@ def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
     if compiles:
         # The likely-slowest compiles go first, so that they are not the sweep's tail.
         if search is None:
-            todo = full_order() if len(todo) == len(space) else compile_order(space, todo)
+            todo = start.full_order() if len(todo) == len(space) else \
+                compile_order(space, todo)
         compile_limit = _compile_limit(spec, loaded, retry)
     settings = replace(
         worker_settings(spec, backend),
@@ -92,9 +99,10 @@ def assemble(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,
     replay_cache = tempfile.mkdtemp(prefix="sweep-replay-") if backend == "replay" else None
     if replay_cache:
         settings = replace(settings, replay={**settings.replay, "cache_dir": replay_cache})
-    return Assembly(tally, todo, spent, deaths, pruned_before, search, feed, compile_limit,
-                    settings, _limits(spec, backend, placement, compile_limit, max_trials),
-                    replay_cache, tally.done)
+    limits = _limits(spec, backend, placement, compile_limit, start.max_trials)
+    return Assembly(Work(space, tally, todo, spent, deaths, limits, placement.workers,
+                         placement.kinds, compile_limit, feed),
+                    pruned_before, search, settings, replay_cache, tally.done)
 
 
 def _resumed(run: RunDir, spec: Spec, space: Space, loaded: Loaded | None,

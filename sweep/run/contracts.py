@@ -1,14 +1,17 @@
-"""What the driver is handed by its session, and hands on: the limits it runs under, where
-finished trials go (a TrialLog, durably, before they count) and who is told of them (an
-Observer)."""
+"""What the driver is handed by its session, and hands on: the work it runs and the limits
+it runs under (Work, Limits), where finished trials go (a TrialLog, durably, before they
+count) and who is told of them (an Observer)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from storage.records import TrialRecord
 from sweep.results.tally import Tally
+from sweep.search.scheduling import AdaptiveLimit
+from sweep.spec.space import Space
 
 # How the driver's trial loop ended (Driver.run); the session's own end is request.py's
 # SessionEnd.
@@ -70,3 +73,24 @@ class Limits:
 
 class DriverFailed(Exception):
     """No worker can be started (every attempt died before running a trial)."""
+
+
+@dataclass
+class Work:
+    """What the trial loop runs: the space, what is left of it (in the order it goes out),
+    the attempts and worker deaths earlier sessions spent on each config, the tally it
+    counts into; and how: its limits, its workers (one device type each, where the run
+    chooses types), a search's feed (told of each group of counted records, it returns the
+    configs to queue next) and the compile limit it learns."""
+
+    space: Space
+    tally: Tally
+    todo: list[int]
+    spent: dict[int, int]  # index -> highest attempt spent
+    deaths: dict[int, int]  # index -> worker deaths while it ran
+    limits: Limits
+    workers: int
+    kinds: Sequence[str] = ()
+    compile_limit: AdaptiveLimit | None = None
+    feed: Callable[[list[TrialRecord]], Iterable[int]] | None = None
+

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from storage.records import TrialOutcome, TrialRecord
@@ -43,13 +43,10 @@ from sweep.engines.runtime import (
     WorkerNote,
     WorkerUp,
 )
-from sweep.results.tally import Tally
-from sweep.run.contracts import DriverEnd, Limits, Observer, SpentAttempt, TrialLog
+from sweep.run.contracts import DriverEnd, Observer, SpentAttempt, TrialLog, Work
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
 from sweep.run.slots import HeldBatch, Slot
 from sweep.run.workers import WorkerPool
-from sweep.search.scheduling import AdaptiveLimit
-from sweep.spec.space import Space
 
 _UNSENT: dict[str, Any] = {}  # never changed
 _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_trial_began",
@@ -58,40 +55,37 @@ _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_tria
 
 
 class Driver:
-    def __init__(self, space: Space, runtime: Runtime, workers: int, limits: Limits,
-                 log: TrialLog, tally: Tally, todo: Iterable[int], spent: dict[int, int],
-                 deaths: dict[int, int], should_stop: Callable[[], bool],
-                 on_snapshot: Callable[[], None], observers: Iterable[Observer] = (),
-                 compile_limit: AdaptiveLimit | None = None,
-                 on_compilers_up: Callable[[], None] = lambda: None,
-                 kinds: Sequence[str] = (),
-                 feed: Callable[[list[TrialRecord]], Iterable[int]] | None = None) -> None:
+    def __init__(self, work: Work, runtime: Runtime, log: TrialLog,
+                 should_stop: Callable[[], bool], on_snapshot: Callable[[], None],
+                 observers: Iterable[Observer] = (),
+                 on_compilers_up: Callable[[], None] = lambda: None) -> None:
         """on_compilers_up: called once, when a worker first runs a config its compile
-        pool compiled (so the pool is up). kinds: the device type each worker asks for
-        (Placement.kinds; empty: any). feed: told of each group of counted records,
-        returns configs to queue next (a search's next batches, see sweep/search/strategies.py);
-        the run ends when the queue is empty and nothing runs."""
-        self.space = space
+        pool compiled (so the pool is up). The run ends when the queue is empty and
+        nothing runs."""
+        self.space = work.space
         self.runtime = runtime
-        self.workers = workers
-        self.limits = limits
+        self.workers = work.workers
+        self.limits = limits = work.limits
         self.log = log
-        self.tally = tally
+        self.tally = work.tally
         # Configs are looked up when sent: a queued trial holds a shared empty one (at a
         # million trials, a dict each would be a hundred MB).
-        self.queue: deque[Trial] = deque(Trial(i, _UNSENT, spent.get(i, 0) + 1) for i in todo)
+        spent = work.spent
+        self.queue: deque[Trial] = deque(Trial(i, _UNSENT, spent.get(i, 0) + 1)
+                                         for i in work.todo)
         self.spent = spent
-        self.feed = feed
-        self.deaths = dict(deaths)
+        self.feed = work.feed
+        self.deaths = dict(work.deaths)
         # A trial whose worker died (possibly in an earlier session) runs alone next time.
-        self.probation: set[int] = set(deaths)
+        self.probation: set[int] = set(work.deaths)
         self.should_stop = should_stop
         self.on_snapshot = on_snapshot
         self.observers = list(observers)
-        self.compile_limit = compile_limit
+        self.compile_limit = compile_limit = work.compile_limit
         self._pushed_limit = compile_limit.current.seconds if compile_limit else None
         self.on_compilers_up: Callable[[], None] | None = on_compilers_up
-        self.pool = WorkerPool(runtime, limits, kinds, self._event, self._requeue, self._handle)
+        self.pool = WorkerPool(runtime, limits, work.kinds, self._event, self._requeue,
+                               self._handle)
         self.dispatched = 0
         self.first_dispatch_at: float | None = None  # wall clock
         # First and all workers up, first trial begun and done, last trial done (wall clock).

@@ -32,6 +32,7 @@ from sweep.run.driver import Driver
 from sweep.run.progress import ProgressReporter
 from sweep.run.retiming import retime, retime_spread
 from sweep.run.rundir import RunDir, RunLog
+from sweep.run.workers import WorkerPool
 from sweep.search.strategies import Search, rungs
 from sweep.spec import Spec
 from sweep.spec.space import Space
@@ -52,48 +53,55 @@ class Finish:
     problems: list[Finish] = field(default_factory=list)
 
 
-def after_trials(run: RunDir, spec: Spec, space: Space, driver: Driver, ending: str,
-                 work: Assembly, log: RunLog, progress: ProgressReporter, backend: str,
-                 should_stop: Callable[[], bool], timeline: dict[str, float]) -> Finish:
+@dataclass(frozen=True)
+class Finishing:
+    """What every step of the finish works with: the run, its spec and space, the backend,
+    the workers the trials ran on, where it says what it does, and whether to stop."""
+
+    run: RunDir
+    spec: Spec
+    space: Space
+    backend: str
+    workers: WorkerPool
+    progress: ProgressReporter
+    should_stop: Callable[[], bool]
+
+
+def after_trials(f: Finishing, driver: Driver, ending: str, assembly: Assembly, log: RunLog,
+                 timeline: dict[str, float]) -> Finish:
     """The finish of a run whose driver ended `ending`; timeline gains its moments."""
-    tally = work.tally
-    search = work.search
-    if search is not None and ending == "complete" and search.settled() and not should_stop():
-        prune(spec, space, search, work.pruned_before, work.spent, log, tally, progress)
+    spec, tally, search = f.spec, assembly.work.tally, assembly.search
+    if search is not None and ending == "complete" and search.settled() and \
+            not f.should_stop():
+        prune(f, search, assembly.pruned_before, assembly.work.spent, log, tally)
     timeline.update(driver.timeline, trials_done=time.time())
     if ending != "complete":
         return Finish()
-    if should_stop():  # stopped as the last trial or a rung ended
-        return _cut_short(spec, tally, backend)
-    promoted = halve(run, spec, space, driver, progress, should_stop) \
-        if spec.search.strategy == "halving" else None
-    if should_stop():
-        return _cut_short(spec, tally, backend)
+    if f.should_stop():  # stopped as the last trial or a rung ended
+        return _cut_short(spec, tally, f.backend)
+    promoted = halve(f) if spec.search.strategy == "halving" else None
+    if f.should_stop():
+        return _cut_short(spec, tally, f.backend)
     if tally.problems:
-        done = _retime_each_problem(spec, space, driver, tally, progress, should_stop,
-                                    backend, promoted)
+        done = _retime_each_problem(f, tally, promoted)
     else:
-        done = retime_finalists(spec, driver, tally, progress, should_stop, backend,
-                                promoted[0] if promoted else None)
+        done = retime_finalists(f, tally, promoted[0] if promoted else None)
     timeline["finalists_done"] = time.time()
     return done
 
 
-def _retime_each_problem(spec: Spec, space: Space, driver: Driver, tally: Tally,
-                         progress: ProgressReporter, should_stop: Callable[[], bool],
-                         backend: str,
+def _retime_each_problem(f: Finishing, tally: Tally,
                          promoted: list[dict[str, list[Best]]] | None = None) -> Finish:
     """retime_finalists for each problem in turn, each on its own trials, with configs as
     the workers take them (the problem's keys in each)."""
     each = []
-    labels = problem_labels(spec)
+    labels = problem_labels(f.spec)
     for p, mine in enumerate(tally.problems):
-        if should_stop():
-            each.append(_cut_short(spec, mine, backend))
+        if f.should_stop():
+            each.append(_cut_short(f.spec, mine, f.backend))
             continue
-        done = retime_finalists(spec, driver, mine, progress, should_stop, backend,
-                                promoted[p] if promoted else None, full=space.config,
-                                label=f" for {labels[p]}")
+        done = retime_finalists(f, mine, promoted[p] if promoted else None,
+                                full=f.space.config, label=f" for {labels[p]}")
         for finalist in done.finalists:
             finalist["problem"] = p
         each.append(done)
@@ -109,10 +117,11 @@ def _cut_short(spec: Spec, tally: Tally, backend: str) -> Finish:
         for t in (tally.problems or [tally]) for d in t.devices))
 
 
-def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
-          spent: dict[int, int], log: RunLog, tally: Tally, progress: ProgressReporter) -> None:
+def prune(f: Finishing, search: Search, before: pa.Table | None, spent: dict[int, int],
+          log: RunLog, tally: Tally) -> None:
     """The search is over: every config it did not run gets its `pruned` row, durably, as
     a trial's record would; one pruned before keeps its row (and counts again)."""
+    spec, space, progress = f.spec, f.space, f.progress
     pruned = search.pruned(len(space))
     kept: set[int] = set()
     if before is not None:  # those it prunes again; one it ran since is superseded
@@ -135,14 +144,14 @@ def prune(spec: Spec, space: Space, search: Search, before: pa.Table | None,
                           f"{len(search.known)} configs; {len(todo) + len(kept)} pruned")
 
 
-def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
-          should_stop: Callable[[], bool]) -> list[dict[str, list[Best]]] | None:
+def halve(f: Finishing) -> list[dict[str, list[Best]]] | None:
     """Successive halving's rungs after its screened sample: on each device type (of each
     problem, in a sweep over problems), 1/eta of the configs that worked are re-timed
     carefully across every worker at once, then 1/eta of those, down to the finalists,
     which are returned, fastest first, by problem (None: a rung failed or was stopped,
     the one pass's leaders stand)."""
-    records = rundir.load_records(run, spec, space).records
+    spec, space = f.spec, f.space
+    records = rundir.load_records(f.run, spec, space).records
     ok = records.filter(pc.equal(records.column("status"), "ok"))
     out: list[dict[str, list[Best]]] = []
     labels = problem_labels(spec)
@@ -154,7 +163,7 @@ def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: Progr
         promoted: dict[str, list[Best]] = {}
         for device in sorted(set(mine.column("device").to_pylist())):
             rows = mine.filter(pc.equal(mine.column("device"), device)).to_pylist()
-            rung = _rungs(spec, space, driver, progress, should_stop, device + of, [
+            rung = _rungs(f, device + of, [
                 Best(r["index"], json.loads(r["config"]), r["latency_ms"], device)
                 for r in sorted(rows, key=lambda r: (r["latency_ms"], r["index"]))])
             if rung is None:
@@ -164,10 +173,9 @@ def halve(run: RunDir, spec: Spec, space: Space, driver: Driver, progress: Progr
     return out
 
 
-def _rungs(spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
-           should_stop: Callable[[], bool], where: str,
-           rung: list[Best]) -> list[Best] | None:
+def _rungs(f: Finishing, where: str, rung: list[Best]) -> list[Best] | None:
     """One device type's (and problem's) rungs: its finalists, fastest first."""
+    spec, progress, should_stop = f.spec, f.progress, f.should_stop
     keep = max(1, spec.run.finalists)
     device = rung[0].device
     for level, size in enumerate(rungs(len(rung), spec.search.eta, keep), 1):
@@ -177,8 +185,8 @@ def _rungs(spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
         progress.on_event(f"rung {level}: re-timing the {len(rung)} fastest on "
                           f"{where} carefully, on every worker at once")
         try:
-            timings = retime_spread(driver.pool, [space.config(b.index) for b in rung], device,
-                                    should_stop)
+            timings = retime_spread(f.workers, [f.space.config(b.index) for b in rung],
+                                    device, should_stop)
         except (DriverFailed, RetimeAbandoned) as e:
             progress.on_event(f"rung {level} failed, keeping the one pass's order: "
                               f"{str(e)[:200]}")
@@ -189,9 +197,7 @@ def _rungs(spec: Spec, space: Space, driver: Driver, progress: ProgressReporter,
     return rung[:keep]
 
 
-def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: ProgressReporter,
-                     should_stop: Callable[[], bool], backend: str,
-                     promoted: dict[str, list[Best]] | None = None,
+def retime_finalists(f: Finishing, tally: Tally, promoted: dict[str, list[Best]] | None = None,
                      full: Callable[[int], dict[str, Any]] | None = None,
                      label: str = "") -> Finish:
     """Re-time the fastest few side by side and let that decide the best: on each device
@@ -201,6 +207,7 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
     differ only in launch options as one program (its fastest one-pass config). full: a
     trial's config as workers take it, by index (a problem's keys in it), where that is
     more than its record's; label: the problem."""
+    spec, backend, progress = f.spec, f.backend, f.progress
     done = Finish()
     noise = interpreted_options(spec, backend)
     winners: dict[str, Best] = {}
@@ -218,8 +225,8 @@ def retime_finalists(spec: Spec, driver: Driver, tally: Tally, progress: Progres
         on = label + (f" on {device}" if len(tally.devices) > 1 else "")
         progress.on_event(f"re-timing the {len(leaders)} fastest configs{on} side by side")
         try:
-            retimed = retime(driver.pool, [full(b.index) if full else b.config for b in leaders],
-                             spec.run.finalist_rounds, should_stop, device)
+            retimed = retime(f.workers, [full(b.index) if full else b.config for b in leaders],
+                             spec.run.finalist_rounds, f.should_stop, device)
         except (DriverFailed, RetimeAbandoned) as e:  # the sweep's best stands
             progress.on_event(f"re-timing failed, keeping the sweep's best{on}: "
                               f"{str(e)[:200]}")

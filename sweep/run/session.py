@@ -37,6 +37,7 @@ from sweep.results.summary import print_errors, print_summary, problem_labels, r
 from sweep.run import cache_policy, opening, repair, rundir
 from sweep.run.assembly import (
     Assembly,
+    Start,
     assemble,
     interpreted_options,
     retried,
@@ -46,7 +47,7 @@ from sweep.run.budget import TimeBudget
 from sweep.run.cache_policy import CacheAnswers
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
-from sweep.run.finish import Finish, after_trials
+from sweep.run.finish import Finish, Finishing, after_trials
 from sweep.run.progress import ProgressReporter
 from sweep.run.request import Request, SessionEnd
 from sweep.run.rundir import Loaded, RunDir, RunLog
@@ -75,7 +76,7 @@ class _Outcome:
     """What driving the run left for its last words."""
 
     state: str  # complete | interrupted | failed
-    work: Assembly
+    assembly: Assembly
     finish: Finish
     driver: Driver | None
     lost: ClusterLost | None
@@ -290,10 +291,11 @@ class Session:
                loaded: Loaded | None, request: Request, stop: StopController,
                t0: float) -> _Outcome:
         spec = self.spec
-        work = assemble(run, spec, self.space, loaded, self.retry, self.meta_search, backend,
-                        placement, self.prestart.launchers if self.prestart else {},
-                        request.max_trials, self._full_order, self.io.err)
-        tally = work.tally
+        assembly = assemble(run, spec, self.space, Start(loaded, self.retry, self.meta_search,
+                                                         request.max_trials, self._full_order),
+                            backend, placement, self.prestart.launchers if self.prestart else {},
+                            self.io.err)
+        tally = assembly.work.tally
         checkpoint = rundir.TableCheckpoint(run, spec, self.space)
 
         def snapshot() -> None:
@@ -306,7 +308,7 @@ class Session:
         def should_stop() -> bool:
             return stop.requested or budget.spent()
 
-        drove = _Outcome("failed", work, Finish(), None, None, budget)
+        drove = _Outcome("failed", assembly, Finish(), None, None, budget)
         in_flight = True  # an exception is on its way out of the try below
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
@@ -314,14 +316,15 @@ class Session:
             with RunLog(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, self.io.err,
                                      expected=most(spec.search, self.space.sizes)
-                                     if work.search is not None else None) as progress:
-                drove.driver = self._driver(engine, placement, work, log, progress, request,
+                                     if assembly.search is not None else None) as progress:
+                drove.driver = self._driver(engine, placement, assembly, log, progress, request,
                                             should_stop, snapshot)
                 try:
                     ending = drove.driver.run()
-                    drove.finish = after_trials(run, spec, self.space, drove.driver, ending,
-                                                work, log, progress, backend, should_stop,
-                                                self.timeline)
+                    drove.finish = after_trials(
+                        Finishing(run, spec, self.space, backend, drove.driver.pool, progress,
+                                  should_stop),
+                        drove.driver, ending, assembly, log, self.timeline)
                 finally:
                     drove.driver.close()
             drove.state = "complete" if tally.done == tally.total else "interrupted"
@@ -336,22 +339,21 @@ class Session:
             drove.state = "interrupted"
             raise
         finally:
-            if work.replay_cache:
-                shutil.rmtree(work.replay_cache, ignore_errors=True)
+            if assembly.replay_cache:
+                shutil.rmtree(assembly.replay_cache, ignore_errors=True)
             checkpoint.wait()
             self._finalize(run, drove, in_flight)
         return drove
 
-    def _driver(self, engine: Engine, placement: Placement, work: Assembly, log: RunLog,
+    def _driver(self, engine: Engine, placement: Placement, assembly: Assembly, log: RunLog,
                 progress: ProgressReporter, request: Request,
                 should_stop: Callable[[], bool], snapshot: Callable[[], None]) -> Driver:
-        runtime = engine.runtime(work.settings, placement, work.limits.max_batches)
+        runtime = engine.runtime(assembly.settings, placement, assembly.work.limits.max_batches)
+        limit = assembly.work.compile_limit
         return progress.watching(Driver(
-            self.space, runtime, placement.workers, work.limits, log, work.tally, work.todo,
-            work.spent, work.deaths, should_stop=should_stop, on_snapshot=snapshot,
-            observers=[progress, *request.observers], compile_limit=work.compile_limit,
-            on_compilers_up=lambda: self._early_compiles_end(work.compile_limit),
-            kinds=placement.kinds, feed=work.feed), work.compile_limit)
+            assembly.work, runtime, log, should_stop=should_stop, on_snapshot=snapshot,
+            observers=[progress, *request.observers],
+            on_compilers_up=lambda: self._early_compiles_end(limit)), limit)
 
     def _moments(self, driver: Driver | None) -> rundir.Moments:
         return rundir.Moments(self.timeline, self.earlier,
@@ -360,7 +362,7 @@ class Session:
     def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
         finish = drove.finish
         try:
-            rundir.finalize(run, self.spec, self.space, drove.work.tally,
+            rundir.finalize(run, self.spec, self.space, drove.assembly.work.tally,
                             drove.state,  # type: ignore[arg-type]
                             self._moments(drove.driver),
                             rundir.Settled(finish.finalists, finish.baseline,
@@ -374,7 +376,7 @@ class Session:
     def _conclude(self, run: RunDir, drove: _Outcome, backend: str, request: Request,
                   stop: StopController, t0: float) -> int:
         """The cache's entry, the summary and the exit code of a run that was driven."""
-        spec, state, tally, driver = self.spec, drove.state, drove.work.tally, drove.driver
+        spec, state, tally, driver = self.spec, drove.state, drove.assembly.work.tally, drove.driver
         unsettled = drove.finish.unsettled
         # A retry stopped partway goes on only if asked again: say so in the hint.
         again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
@@ -397,12 +399,12 @@ class Session:
                          "again)")
         print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
                       most(spec.search, self.space.sizes) if "pruned" not in self.retry
-                      else None, problem_labels(spec), drove.work.done_before)
+                      else None, problem_labels(spec), drove.assembly.done_before)
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:
             # Each session counts its own: a resume with --max-trials 100 runs 100 more.
             self.io.result(f"  --max-trials {request.max_trials}: this session ran "
-                           f"{tally.done - drove.work.done_before} of them; each session "
+                           f"{tally.done - drove.assembly.done_before} of them; each session "
                            "counts its own")
         if state == "complete" and tally.best is None:
             table = read_parquet(run.trials, columns=["index", "status", "error"])
