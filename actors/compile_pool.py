@@ -41,13 +41,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import IO, Any, Protocol
 
 from actors import child, trace
 from actors.compile_limit import CACHE_HIT_MS, Learner, tighter
-from actors.protocol import CompileLimit
+from actors.protocol import CompileLimit, WorkerSettings
 from storage.records import canonical_json
 
 # In the fork server and its children: torch.cuda.is_available() asks NVML rather than
@@ -109,32 +109,49 @@ class _Proc:
     since: float = 0.0  # when it started, then when its task did
 
 
+@dataclass(frozen=True)
+class CompileJob:
+    """What a pool's processes compile: the kernel (a built-in's name, or module:attr,
+    looked for on kernel_path too), the problem whose arguments it compiles for, the seed
+    its inputs are made with, the spec's fixed keyword arguments, and in a sweep over
+    problems the keys a config carries its problem in."""
+
+    kernel: str
+    problem: Mapping[str, Any]
+    seed: int = 0
+    kernel_path: str = ""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    problem_keys: Sequence[str] = ()
+
+    @classmethod
+    def of(cls, settings: WorkerSettings) -> CompileJob:
+        return cls(settings.kernel, settings.problem, settings.seed, settings.kernel_path,
+                   settings.fixed, settings.problem_keys)
+
+
 class CompilePool:
-    def __init__(self, size: int, kernel_name: str, problem: Mapping[str, Any], seed: int,
-                 limit: CompileLimit, kernel_path: str = "", devices: Sequence[str] = (),
-                 stderr: IO[bytes] | None = None,
-                 fixed: Mapping[str, Any] | None = None, unforked: bool = True,
-                 problem_keys: Sequence[str] = (), adaptive: bool = False,
+    def __init__(self, size: int, job: CompileJob, limit: CompileLimit,
+                 devices: Sequence[str] = (), stderr: IO[bytes] | None = None,
+                 unforked: bool = True, adaptive: bool = False,
                  forks: tuple[str, str, int] | None = None) -> None:
-        """devices: GPU ids to spread the processes over (where one sets up CUDA for
-        its launch arguments: actors/compile_process.py); default: the one this process
-        sees. stderr: where the
-        processes write theirs. fixed: the spec's fixed keyword arguments. unforked:
-        whether processes start on their own where forks cannot (each imports torch and
-        the kernel itself: seconds of CPU), or the pool stays down. adaptive: the pool
-        also learns a limit from its own compiles as each ends (actors/compile_limit.py),
-        and a compile stops at the tighter of that and the one it was given. forks: the
-        (address, key, pid) of a fork server started before this pool (child.serve_prepared)
-        to fork its processes from, rather than import torch and the kernel once more."""
-        self._keys = frozenset(problem_keys)
+        """devices: GPU ids to spread the processes over (where one sets up CUDA for its
+        launch arguments: actors/compile_process.py); default: the one this process sees.
+        stderr: where the processes write theirs. unforked: whether processes start on
+        their own where forks cannot (each imports torch and the kernel itself: seconds of
+        CPU), or the pool stays down. adaptive: the pool also learns a limit from its own
+        compiles as each ends (actors/compile_limit.py), and a compile stops at the
+        tighter of that and the one it was given. forks: the (address, key, pid) of a fork
+        server started before this pool (child.serve_prepared) to fork its processes
+        from, rather than import torch and the kernel once more."""
+        self._keys = frozenset(job.problem_keys)
         # In a sweep over problems: each config's binary (see _note_binary), those compiled
         # once, and those its problems turned out not to share.
         self._binaries: dict[int, str] = {}
         self._built: set[str] = set()
         self._unshared: set[str] = set()
-        self._spec = {"kernel": kernel_name, "kernel_path": kernel_path,
-                      "problem": dict(problem), "seed": seed, "fixed": dict(fixed or {}),
-                      "problem_keys": list(problem_keys)}
+        self._spec = {"kernel": job.kernel, "kernel_path": job.kernel_path,
+                      "problem": dict(job.problem), "seed": job.seed, "fixed": dict(job.fixed),
+                      "problem_keys": list(job.problem_keys)}
         self._devices = list(devices)
         self.limit = limit  # the one in force: the tighter of the given and the learnt
         self._given = limit

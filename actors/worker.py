@@ -109,17 +109,14 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
 
         return ReplayCompiler.load(settings.replay, settings.compile_workers, limit)
     if settings.backend == "cuda" and settings.compile_workers > 0:
-        from actors.compile_pool import CompilePool
+        from actors.compile_pool import CompileJob, CompilePool
 
         forks = settings.prestarted.get(FORKS)
         # An adopted server's processes see every GPU: each is told the worker's.
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return CompilePool(settings.compile_workers, settings.kernel, settings.problem,
-                           settings.seed, limit, settings.kernel_path,
-                           devices=[gpu] if forks and gpu else (), fixed=settings.fixed,
-                           problem_keys=settings.problem_keys,
-                           adaptive=settings.compile_limit_auto,
-                           forks=forks)
+        return CompilePool(settings.compile_workers, CompileJob.of(settings), limit,
+                           devices=[gpu] if forks and gpu else (),
+                           adaptive=settings.compile_limit_auto, forks=forks)
     return None
 
 

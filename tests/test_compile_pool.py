@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.compile_pool import Compiled, CompilePool
+from actors.compile_pool import Compiled, CompileJob, CompilePool
 from actors.protocol import CompileLimit
 
 PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float16"}
@@ -50,7 +50,7 @@ def pool():
     second or more) for the tests that only submit to it and take from it."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "1")
-        pool = CompilePool(2, "matmul", PROBLEM, seed=0, limit=CompileLimit(60))
+        pool = CompilePool(2, CompileJob("matmul", PROBLEM), CompileLimit(60))
         yield pool
         pool.close()
 
@@ -59,7 +59,7 @@ def pool():
 def own_pool(monkeypatch):
     """A matmul pool of two of this test's own, for a test that kills its processes."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    pool = CompilePool(2, "matmul", PROBLEM, seed=0, limit=CompileLimit(60))
+    pool = CompilePool(2, CompileJob("matmul", PROBLEM), CompileLimit(60))
     yield pool
     pool.close()
 
@@ -94,7 +94,7 @@ def gated_pool():
     once: each test gates its compiles in a directory of its own."""
     with pytest.MonkeyPatch.context() as patch:
         tests_on_path(patch)
-        pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20))
+        pool = CompilePool(2, CompileJob("gated_kernel:KERNEL", {}), CompileLimit(20))
         wait_ready(pool)
         yield pool
         pool.close()
@@ -147,7 +147,7 @@ def test_a_kernel_asking_for_the_gpu_at_import_keeps_its_compile_processes_forke
     # torch.cuda.is_available() at import (Liger-Kernel) initialised CUDA in the fork
     # server, and every fork died at start-up, until the pool raised in its worker.
     tests_on_path(monkeypatch)
-    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL", PROBLEM, seed=0, limit=CompileLimit(60))
+    pool = CompilePool(2, CompileJob("fork_unsafe_kernel:KERNEL", PROBLEM), CompileLimit(60))
     try:
         pool.submit(0, CONFIG)
         assert result(pool, 0).ok
@@ -159,8 +159,8 @@ def test_a_kernel_asking_for_the_gpu_at_import_keeps_its_compile_processes_forke
 
 def test_forks_that_cannot_start_give_way_to_processes_of_their_own_and_say_why(monkeypatch):
     tests_on_path(monkeypatch)
-    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_INIT", PROBLEM, seed=0,
-                       limit=CompileLimit(60))
+    pool = CompilePool(2, CompileJob("fork_unsafe_kernel:KERNEL_INIT", PROBLEM),
+                       CompileLimit(60))
     try:
         for key in range(3):
             pool.submit(key, {**CONFIG, "BLOCK_N": 16 * (key + 1)})
@@ -177,8 +177,8 @@ def test_forks_that_cannot_start_give_way_to_processes_of_their_own_and_say_why(
 @pytest.mark.slow  # four processes importing torch; forks giving way to processes stays default
 def test_processes_that_cannot_start_at_all_leave_the_pool_down_not_raising(monkeypatch):
     tests_on_path(monkeypatch)
-    pool = CompilePool(2, "fork_unsafe_kernel:KERNEL_BROKEN", PROBLEM, seed=0,
-                       limit=CompileLimit(60))
+    pool = CompilePool(2, CompileJob("fork_unsafe_kernel:KERNEL_BROKEN", PROBLEM),
+                       CompileLimit(60))
     try:
         pool.submit(0, CONFIG)
         until_up(pool)
@@ -207,7 +207,7 @@ def test_the_compile_times_of_a_pool_nobody_takes_from_are_there_to_learn_a_limi
 
 
 def adaptive_gated_pool(fixed_s: float, adaptive: bool) -> CompilePool:
-    pool = CompilePool(2, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(fixed_s),
+    pool = CompilePool(2, CompileJob("gated_kernel:KERNEL", {}), CompileLimit(fixed_s),
                        adaptive=adaptive)
     wait_ready(pool)
     return pool
@@ -341,7 +341,7 @@ def prepared(monkeypatch, tmp_path):
 
 def test_pools_that_adopt_a_prepared_fork_server_compile_from_its_forks(prepared):
     address, key, server = prepared
-    pools = [CompilePool(1, "matmul", PROBLEM, seed=0, limit=CompileLimit(60),
+    pools = [CompilePool(1, CompileJob("matmul", PROBLEM), CompileLimit(60),
                          forks=(address, key, server.pid)) for _ in range(2)]
     try:
         for n, pool in enumerate(pools):
@@ -365,7 +365,7 @@ def test_a_pool_whose_prepared_server_is_gone_starts_a_server_of_its_own(tmp_pat
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     gone = subprocess.Popen(["true"])
     gone.wait()
-    pool = CompilePool(1, "matmul", PROBLEM, seed=0, limit=CompileLimit(60),
+    pool = CompilePool(1, CompileJob("matmul", PROBLEM), CompileLimit(60),
                        forks=(str(tmp_path / "nobody"), "00" * 16, gone.pid))
     try:
         assert pool._server.process is not None
@@ -380,8 +380,8 @@ def test_a_kernel_configs_problems_compile_one_after_another_to_share_its_binary
     # In a sweep over problems a kernel config's problems mostly share one binary: a
     # second process compiling it at the same time would pay the whole compile again.
     tests_on_path(monkeypatch)
-    pool = CompilePool(3, "gated_kernel:KERNEL", {}, seed=0, limit=CompileLimit(20),
-                       problem_keys=("P", "dtype"))
+    pool = CompilePool(3, CompileJob("gated_kernel:KERNEL", {}, problem_keys=("P", "dtype")),
+                       CompileLimit(20))
     try:
         wait_ready(pool)
         gate = str(tmp_path)

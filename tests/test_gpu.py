@@ -102,13 +102,13 @@ def test_the_pools_binary_is_the_one_the_launch_loads(tmp_path):
 
     code = textwrap.dedent("""
         import json, os, sys, torch
-        from actors.compile_pool import CompilePool
+        from actors.compile_pool import CompileJob, CompilePool
         from actors.protocol import CompileLimit
         from sweep_kernels import load_kernel
         problem = {"M": 512, "N": 512, "K": 512, "dtype": "float16"}
         config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                   "num_warps": 4, "num_stages": 3}
-        pool = CompilePool(1, "matmul", problem, 0, CompileLimit(300.0))
+        pool = CompilePool(1, CompileJob("matmul", problem), CompileLimit(300.0))
         pool.submit(0, config)
         while (got := pool.take([0])) is None:
             pool.wait(0.1)

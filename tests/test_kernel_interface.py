@@ -13,7 +13,7 @@ import pytest
 from conftest import simulate_spec, sweep_proc, write_spec
 
 from actors import child
-from actors.compile_pool import CompilePool
+from actors.compile_pool import CompileJob, CompilePool
 from actors.launcher import Launcher
 from actors.protocol import CompileLimit, WorkerSettings
 from actors.worker import launcher_payload
@@ -287,9 +287,9 @@ def test_a_single_output_kernel_keeps_its_error_text():
 
 def test_compiles_get_the_fixed_values_and_the_grid_sees_them(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inputs on the CPU
-    pool = CompilePool(1, "third_party_kernel:ECHO_COMPILE", PROBLEM, seed=0,
-                       limit=CompileLimit(60), kernel_path=str(TESTS),
-                       fixed={"HAS_BIAS": True, "ROWS": 3})
+    pool = CompilePool(1, CompileJob("third_party_kernel:ECHO_COMPILE", PROBLEM,
+                                     kernel_path=str(TESTS), fixed={"HAS_BIAS": True, "ROWS": 3}),
+                       CompileLimit(60))
     try:
         pool.submit(0, {"BLOCK_N": 64, "num_warps": 2})
         while (got := pool.take([0])) is None:

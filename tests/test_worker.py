@@ -311,7 +311,7 @@ def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(m
     # worker every few seconds; now the pool starts processes of their own and says so.
     from pathlib import Path
 
-    from actors.compile_pool import CompilePool
+    from actors.compile_pool import CompileJob, CompilePool
 
     tests_dir = str(Path(__file__).parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
@@ -319,9 +319,9 @@ def test_a_kernel_whose_import_breaks_forked_compile_processes_kills_no_worker(m
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     # One process: how many a pool has is not what this checks (test_compile_pool.py's
     # forks that cannot start do), and each that starts on its own imports torch.
-    pool = CompilePool(1, "fork_unsafe_kernel:KERNEL_INIT",
-                       {"M": 64, "N": 64, "K": 64, "dtype": "float16"}, seed=0,
-                       limit=CompileLimit(60))
+    pool = CompilePool(1, CompileJob("fork_unsafe_kernel:KERNEL_INIT",
+                                     {"M": 64, "N": 64, "K": 64, "dtype": "float16"}),
+                       CompileLimit(60))
 
     class FirstTrialOutlastsPoolStart(RecordingBackend):
         """Trials as long as a heavy config's: the first ends once the pool's processes

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors import child, trace
-from actors.compile_pool import FORK_SAFE_ENV, CompilePool
+from actors.compile_pool import FORK_SAFE_ENV, CompileJob, CompilePool
 from actors.protocol import FORKS, CompileLimit, WorkerSettings
 from actors.worker import launcher_payload
 from sweep.engines.machine import visible_gpus
@@ -100,13 +100,11 @@ class Prestart:
         first = list(itertools.islice(configs, EARLY_PER_PROCESS * POOL_CAP))
         if not first:  # a search: nothing to compile early
             return cls(launchers, processes, None, directory, log)
-        # The CPUs Ray and the launchers leave, spread over the GPUs (each process sets up
-        # CUDA); compiles run niced below the launchers.
+        # The CPUs Ray and the launchers leave, spread over the GPUs (for a process that
+        # sets up CUDA); compiles run niced below the launchers.
         size = max(1, (os.cpu_count() or 2) - 1 - len(gpus))
-        pool = CompilePool(size, settings.kernel, settings.problem, settings.seed,
-                           CompileLimit(settings.compile_timeout_s), settings.kernel_path,
-                           devices=gpus, stderr=log, fixed=settings.fixed, unforked=False,
-                           problem_keys=settings.problem_keys,
+        pool = CompilePool(size, CompileJob.of(settings), CompileLimit(settings.compile_timeout_s),
+                           devices=gpus, stderr=log, unforked=False,
                            adaptive=settings.compile_limit_auto)
         for index, config in first[:EARLY_PER_PROCESS * size]:
             pool.submit(index, config)
