@@ -55,10 +55,12 @@ def _backend(payload: str) -> Any:
     if options["interpret"]:
         # Triton picks interpreter or compiler when a kernel module is imported.
         os.environ["TRITON_INTERPRET"] = "1"
-    from actors.triton_backend import TritonBackend
+    from actors.triton_backend import Budgets, TritonBackend
     from sweep_kernels import load_kernel
 
     kernel = load_kernel(options.pop("kernel"), options.pop("kernel_path"))
+    options["timing"] = Budgets(tuple(options.pop("trial_timing")),
+                                tuple(options.pop("finalist_timing")))
     # A spec's problem as written, before its kernel's defaults were merged, is enough.
     options["problem"] = {**kernel.problem_defaults, **options["problem"]}
     return TritonBackend(kernel, **options)

@@ -10,7 +10,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors.compile_pool import Compiled
 from actors.protocol import Retimed, Timing
@@ -129,17 +129,22 @@ class ProblemInputs:
         return self._expected
 
 
+class Budgets(NamedTuple):
+    """(warmup_ms, rep_ms) of every config's timing, and of the finalists' re-timing."""
+
+    trial: tuple[float, float]
+    finalist: tuple[float, float]
+
+
 class TritonBackend:
     def __init__(self, kernel: Kernel, problem: Mapping[str, Any], *, interpret: bool,
-                 trial_timing: tuple[float, float], finalist_timing: tuple[float, float],
-                 tolerance: tuple[float, float] | None, seed: int,
+                 timing: Budgets, tolerance: tuple[float, float] | None, seed: int,
                  fixed: Mapping[str, Any] | None = None,
                  problem_keys: Sequence[str] = ()) -> None:
-        """trial_timing, finalist_timing: (warmup_ms, rep_ms) for every config's timing and
-        for the finalists' re-timing. fixed: keyword arguments passed on every launch
-        besides the config's (the spec's; the kernel's own defaults are merged in here).
-        problem_keys: in a sweep over problems, the keys each config carries besides its
-        parameters, which set them in `problem` for that trial."""
+        """fixed: keyword arguments passed on every launch besides the config's (the
+        spec's; the kernel's own defaults are merged in here). problem_keys: in a sweep
+        over problems, the keys each config carries besides its parameters, which set them
+        in `problem` for that trial."""
         import torch
 
         self.kernel = kernel
@@ -148,8 +153,7 @@ class TritonBackend:
         # Under the config's keys: a parameter the spec tunes overrides a kernel default.
         self.fixed = {**kernel.fixed, **(fixed or {})}
         self.interpret = interpret
-        self.trial_timing = tuple(trial_timing)
-        self.finalist_timing = tuple(finalist_timing)
+        self.trial_timing, self.finalist_timing = tuple(timing.trial), tuple(timing.finalist)
         self.tolerance = tuple(tolerance) if tolerance is not None else None
         self.device = "cpu" if interpret else "cuda"
         self.device_name = ("cpu-interpreter" if interpret

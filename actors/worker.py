@@ -49,7 +49,7 @@ from actors.protocol import (
     compile_weight,
 )
 from storage.lines import encode
-from storage.records import TrialOutcome, TrialRecord
+from storage.records import TrialOutcome, TrialRecord, Where
 
 
 class WorkerError(RuntimeError):
@@ -342,6 +342,6 @@ class TrialWorker:
         if self.problem_keys:  # the row's columns hold the problem; its config, the kernel's
             config = {k: v for k, v in config.items() if k not in self.problem_keys}
         record = TrialRecord.from_outcome(
-            index, config, outcome, device=device, node=self.node,
-            worker=self.name, attempt=attempt, started_at=started, finished_at=time.time())
+            index, config, outcome, where=Where(device, self.node, self.name), attempt=attempt,
+            started_at=started, finished_at=time.time())
         held.out.put(Finished((record,), (encode(record, self.run_id) if self.run_id else None,)))

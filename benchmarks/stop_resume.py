@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from actors.simulate import SimulatedBackend  # noqa: E402
 from benchmarks import record  # noqa: E402
 from storage.journal import Journal, append_records  # noqa: E402
-from storage.records import TrialRecord  # noqa: E402
+from storage.records import TrialRecord, Where  # noqa: E402
 from sweep.spec import load_spec  # noqa: E402
 
 # The benchmark's own Ray head listens on loopback only, without Ray 2.60's token auth.
@@ -108,8 +108,8 @@ def build_million(tmp: Path) -> tuple[Path, Path]:
             config = space.config(index)
             now = time.time()
             chunk.append(TrialRecord.from_outcome(
-                index, config, backend.run_trial(config), device="simulated", node="bench",
-                worker="w1", attempt=1, started_at=now, finished_at=now))
+                index, config, backend.run_trial(config), where=Where("simulated", "bench", "w1"),
+                attempt=1, started_at=now, finished_at=now))
             if len(chunk) == 50_000:
                 append_records(journal, chunk, run)
                 chunk = []

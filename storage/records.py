@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed",
                  "pruned"]
@@ -69,6 +69,14 @@ class TrialOutcome:
     compile_ms: float | None = None
 
 
+class Where(NamedTuple):
+    """Where a trial ran: the device type, the node, the worker."""
+
+    device: str
+    node: str
+    worker: str
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One trial's outcome. The fields are the trial table's columns, in its order (the
@@ -118,17 +126,15 @@ class TrialRecord:
         config: dict[str, Any],
         outcome: TrialOutcome,
         *,
-        device: str,
-        node: str,
-        worker: str,
+        where: Where,
         attempt: int,
         started_at: float,
         finished_at: float,
     ) -> TrialRecord:
         # vars(), not asdict(): asdict deep-copies, and this runs once per trial.
-        return cls(index=index, config=config, device=device, node=node, worker=worker,
-                   attempt=attempt, started_at=started_at, finished_at=finished_at,
-                   **vars(outcome))
+        return cls(index=index, config=config, device=where.device, node=where.node,
+                   worker=where.worker, attempt=attempt, started_at=started_at,
+                   finished_at=finished_at, **vars(outcome))
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, unlike asdict's deep copy: this runs once per trial. The instance's

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.protocol import CompileLimit, Retimed, Timing
-from storage.records import TrialOutcome, TrialRecord
+from storage.records import TrialOutcome, TrialRecord, Where
 from sweep.engines.runtime import (
     BatchBegan,
     BatchDone,
@@ -224,6 +224,6 @@ class FakeRuntime:
         else:
             outcome = TrialOutcome(script.status, "skipped", error="scripted")  # type: ignore[arg-type]
         return TrialRecord.from_outcome(
-            index, config, outcome, device=self.device, node="fake-node", worker=worker,
+            index, config, outcome, where=Where(self.device, "fake-node", worker),
             attempt=attempt, started_at=self.epoch + finished - script.seconds,
             finished_at=self.epoch + finished)

@@ -12,7 +12,7 @@ from fake_runtime import FakeRuntime
 from test_driver import make
 
 from actors.simulate import SimulatedBackend, draws
-from storage.records import Best, TrialOutcome, TrialRecord
+from storage.records import Best, TrialOutcome, TrialRecord, Where
 from sweep.engines.ray.placement import placement
 from sweep.results.tally import Tally
 from sweep.run.retiming import retime
@@ -23,8 +23,8 @@ DEVICES = {"SIM-A": 1, "SIM-B": 2}
 
 def record(index: int, latency: float, device: str) -> TrialRecord:
     return TrialRecord.from_outcome(
-        index, {"A": index}, TrialOutcome("ok", "skipped", latency_ms=latency), device=device,
-        node="n", worker="w", attempt=1, started_at=0.0, finished_at=0.0)
+        index, {"A": index}, TrialOutcome("ok", "skipped", latency_ms=latency),
+        where=Where(device, "n", "w"), attempt=1, started_at=0.0, finished_at=0.0)
 
 
 def test_the_tally_keeps_the_best_and_the_leaders_of_each_device_type():

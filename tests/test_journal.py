@@ -29,7 +29,7 @@ from storage.journal import (
 )
 from storage.journal_file import JournalWriteError, line_mark
 from storage.lines import encode, encode_attempt
-from storage.records import TrialOutcome, TrialRecord, canonical_json
+from storage.records import TrialOutcome, TrialRecord, Where, canonical_json
 
 RUN = "0123456789abcdef"
 OTHER_RUN = "fedcba9876543210"
@@ -47,8 +47,8 @@ def record(index: int, status: str = "ok") -> TrialRecord:
     outcome = TrialOutcome(status, "passed" if status == "ok" else "skipped",  # type: ignore
                            latency_ms=1.0 + index if status == "ok" else None,
                            error=None if status == "ok" else "boom")
-    return TrialRecord.from_outcome(index, {"A": index}, outcome, device="d", node="n",
-                                    worker="w1", attempt=1, started_at=1.7e9 + index,
+    return TrialRecord.from_outcome(index, {"A": index}, outcome, where=Where("d", "n", "w1"),
+                                    attempt=1, started_at=1.7e9 + index,
                                     finished_at=1.7e9 + index + 0.5)
 
 

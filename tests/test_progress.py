@@ -12,7 +12,7 @@ from rich.console import Console
 from test_driver import MemoryLog
 
 from actors.protocol import compile_weight
-from storage.records import TrialOutcome, TrialRecord
+from storage.records import TrialOutcome, TrialRecord, Where
 from sweep.results.tally import Tally
 from sweep.run import progress
 from sweep.run.contracts import Limits, Work
@@ -33,7 +33,7 @@ class Clock:
 def record(index: int) -> TrialRecord:
     return TrialRecord.from_outcome(
         index, {"A": index}, TrialOutcome("ok", "passed", latency_ms=1.0 + index),
-        device="d", node="n", worker="w1", attempt=1, started_at=0.0, finished_at=1.0)
+        where=Where("d", "n", "w1"), attempt=1, started_at=0.0, finished_at=1.0)
 
 
 def reporter(monkeypatch, total: int) -> tuple[ProgressReporter, Tally, io.StringIO, Clock]:
@@ -154,4 +154,4 @@ def test_a_configs_expected_compile_is_the_slowest_seen_no_heavier_within_the_li
 def compiled(index: int, ms: float) -> TrialRecord:
     return TrialRecord.from_outcome(
         index, {"A": index}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=ms),
-        device="d", node="n", worker="w1", attempt=1, started_at=0.0, finished_at=1.0)
+        where=Where("d", "n", "w1"), attempt=1, started_at=0.0, finished_at=1.0)

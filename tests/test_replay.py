@@ -15,7 +15,7 @@ from conftest import ROOT, sweep_cli, write_spec
 
 from actors.protocol import CompileLimit
 from actors.replay import Recorded, ReplayCompiler
-from storage.records import TrialOutcome, TrialRecord, canonical_json
+from storage.records import TrialOutcome, TrialRecord, Where, canonical_json
 from sweep.search.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order
 from sweep.spec.space import expand
 
@@ -135,8 +135,8 @@ def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling
         ("timeout", 60_000.0)] * 100 + [("compile_error", 2000.0)] * (MIN_COMPILES - 1))
     assert resumed.current == CompileLimit(60.0)
     resumed.observe([TrialRecord.from_outcome(
-        0, {}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=2000.0), device="d",
-        node="n", worker="w", attempt=1, started_at=0.0, finished_at=1.0)])
+        0, {}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=2000.0),
+        where=Where("d", "n", "w"), attempt=1, started_at=0.0, finished_at=1.0)])
     assert resumed.current == CompileLimit(FACTOR * 2.0, 2.0, 60.0)
 
 

@@ -29,6 +29,7 @@ from storage.records import (
     Best,
     TrialOutcome,
     TrialRecord,
+    Where,
     canonical_json,
 )
 from storage.schema import RECORD_SCHEMA, column_type
@@ -50,9 +51,9 @@ def record(index: int, status: str = "ok", latency: float | None = 1.0, **kw) ->
                            latency_ms=latency if status == "ok" else None,
                            error=None if status == "ok" else "boom")
     now = time.time()
-    return TrialRecord.from_outcome(index, {"A": index}, outcome, device="d", node="n",
-                                    worker="w1", attempt=kw.get("attempt", 1),
-                                    started_at=now, finished_at=now)
+    return TrialRecord.from_outcome(index, {"A": index}, outcome, where=Where("d", "n", "w1"),
+                                    attempt=kw.get("attempt", 1), started_at=now,
+                                    finished_at=now)
 
 
 def test_journal_round_trips_records_sorted_by_index(tmp_path):
@@ -125,7 +126,7 @@ def test_record_refuses_an_unknown_status_and_clips_long_errors():
     with pytest.raises(ValueError, match="unknown status"):
         record(0, "exploded")
     outcome = TrialOutcome("runtime_error", "skipped", error="x" * 10_000)
-    r = TrialRecord.from_outcome(0, {}, outcome, device="d", node="n", worker="w", attempt=1,
+    r = TrialRecord.from_outcome(0, {}, outcome, where=Where("d", "n", "w"), attempt=1,
                                  started_at=0.0, finished_at=0.0)
     assert len(r.error) == MAX_ERROR_CHARS and r.error.endswith("[truncated]")
 
@@ -133,7 +134,7 @@ def test_record_refuses_an_unknown_status_and_clips_long_errors():
 def test_record_refuses_what_the_journal_reader_would_refuse():
     with pytest.raises(ValueError, match="only an ok trial has a latency"):
         TrialRecord.from_outcome(0, {}, TrialOutcome("timeout", "skipped", latency_ms=1.0),
-                                 device="d", node="n", worker="w", attempt=1,
+                                 where=Where("d", "n", "w"), attempt=1,
                                  started_at=0.0, finished_at=0.0)
     with pytest.raises(ValueError, match="attempt 0 is below 1"):
         record(0, attempt=0)

@@ -32,7 +32,7 @@ from actors.protocol import (
     WorkerSettings,
 )
 from actors.worker import TrialWorker
-from storage.records import TrialOutcome, TrialRecord
+from storage.records import TrialOutcome, TrialRecord, Where
 
 SETTINGS = WorkerSettings(backend="simulate", kernel="matmul", problem={},
                           trial_timing=(1, 1), finalist_timing=(1, 1), tolerance=None, seed=0,
@@ -288,7 +288,7 @@ def test_records_finished_together_travel_as_one_message_and_pickle_as_values():
     def finished(index: int) -> Finished:
         record = TrialRecord.from_outcome(
             index, {"i": index}, TrialOutcome("ok", "passed", latency_ms=0.5 + index),
-            device="d", node="n", worker="w1", attempt=1, started_at=1.0, finished_at=2.0)
+            where=Where("d", "n", "w1"), attempt=1, started_at=1.0, finished_at=2.0)
         return Finished((record,), (f"line {index}\n".encode(),))
 
     chunk = worker._Chunk()

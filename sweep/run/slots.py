@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.records import TrialOutcome, TrialRecord
+from storage.records import TrialOutcome, TrialRecord, Where
 from sweep.engines.runtime import Trial
 from sweep.run.contracts import Limits
 
@@ -139,5 +139,5 @@ class Slot:
         """The record of a trial whose worker could not report it (a timeout, a crash),
         begun when it became due."""
         return TrialRecord.from_outcome(
-            index, config, outcome, device=self.device, node=self.node, worker=self.name,
+            index, config, outcome, where=Where(self.device, self.node, self.name),
             attempt=attempt, started_at=wall - (now - self.since), finished_at=wall)
