@@ -85,7 +85,13 @@ def run_case(case: Case, args: argparse.Namespace, tmp: Path, left: Callable[[],
         save()
         picks = first_picks(run_dir, entry, args.smoke)
         retry_budget = min(120.0, left() - reserve - 30.0)
-        retry(case, args, run_dir, retry_budget, log, env, entry, picks, left, save)
+        if entry["run"]["timeouts"]["compile_limited"]:
+            if not args.retry or retry_budget < 45:
+                entry["retry"] = {"skipped": "--no-retry" if not args.retry
+                                  else f"deadline: {left():.0f} s left"}
+            else:
+                retry(case, run_dir, retry_budget, log, env, entry, picks)
+                save()
         if not picks:
             entry["compare"] = {"skipped": "no best.json"}
             return
@@ -131,18 +137,11 @@ def first_picks(run_dir: Path, entry: dict[str, Any], smoke: bool) -> dict[str, 
     return picks
 
 
-def retry(case: Case, args: argparse.Namespace, run_dir: Path, budget: float, log: Log,
-          env: dict[str, str], entry: dict[str, Any], picks: dict[str, Path],
-          left: Callable[[], float], save: Callable[[], None]) -> None:
-    """`sweep resume DIR --retry timeout` where the compile limit stopped configs and time
-    allows; a new best after it becomes "retry_pick"."""
+def retry(case: Case, run_dir: Path, budget: float, log: Log, env: dict[str, str],
+          entry: dict[str, Any], picks: dict[str, Path]) -> None:
+    """`sweep resume DIR --retry timeout`, for the configs the compile limit stopped; a new
+    best after it becomes "retry_pick"."""
     limited = [r["index"] for r in entry["run"]["timeouts"]["compile_limited"]]
-    if not limited:
-        return
-    if not args.retry or budget < 45:
-        entry["retry"] = {"skipped": "--no-retry" if not args.retry
-                          else f"deadline: {left():.0f} s left"}
-        return
     again = run_command([sys.executable, "-m", "sweep", "resume", run_dir, "--retry",
                          "timeout", "--time-budget", f"{budget:.0f}"],
                         log, env, timeout_s=budget + 90)
@@ -159,7 +158,6 @@ def retry(case: Case, args: argparse.Namespace, run_dir: Path, budget: float, lo
         shutil.copy(run_dir / "best.json", picks["retry_pick"])
     print(f"{case.name}: retry {again['command_s']:.1f} s "
           f"{entry['retry']['compile_limited']['ok']} of {len(limited)} ok", flush=True)
-    save()
 
 
 def compare_picks(case: Case, args: argparse.Namespace, tmp: Path, run_dir: Path,

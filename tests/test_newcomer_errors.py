@@ -230,12 +230,12 @@ def test_an_interrupted_run_in_which_nothing_ran_says_none_ran():
 
     from rich.console import Console
 
-    from sweep.results.summary import print_summary
+    from sweep.results.summary import Summary, print_summary
     from sweep.results.tally import Tally
 
     out = StringIO()
-    print_summary(Console(file=out, width=200), "sim", Path("/runs/sim"), "interrupted",
-                  Tally(total=40), 0.4)
+    print_summary(Console(file=out, width=200),
+                  Summary("sim", Path("/runs/sim"), "interrupted", Tally(total=40), 0.4))
     lines = out.getvalue().splitlines()
     assert lines[0] == "sweep sim: interrupted — 0 of 40 trials in 0.4 s (none)"
     assert lines[1] == "  best: none (no trial ran)"

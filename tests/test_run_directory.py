@@ -370,7 +370,7 @@ def test_a_directory_with_a_runs_files_but_no_run_json_is_neither_run_into_nor_r
 
 def test_only_failed_writes_in_the_run_directory_count_as_its_storage_errors(tmp_path):
     from storage.journal_file import JournalWriteError
-    from sweep.run.session import storage_error
+    from sweep.run.rundir import storage_error
 
     inside = tmp_path / "run"
     assert storage_error(JournalWriteError(errno.ENOSPC, "no space", str(inside / "j")), inside)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -56,12 +57,28 @@ def how_many(done: int, total: int, pruned: int, most: int | None = None) -> str
     return f"{done} of {total} trials"
 
 
-def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
-                  elapsed_s: float, resume_options: str = "", most: int | None = None,
-                  problems: Sequence[str] = (), done_before: int = 0) -> None:
-    """most: the trials a search runs at most (see how_many). problems: in a sweep over
-    problems, each one's label (`M=16`): a best line each. done_before: the trials the
-    run held when this session began: the counts are the run's, the time this session's."""
+@dataclass(frozen=True)
+class Summary:
+    """What a session's last lines say: the run (its name and directory), how it ended,
+    its tally, this session's seconds, and how to go on. most: the trials a search runs
+    at most (see how_many). problems: in a sweep over problems, each one's label (`M=16`):
+    a best line each. done_before: the trials the run held when this session began: the
+    counts are the run's, the time this session's."""
+
+    name: str
+    path: Path
+    state: str
+    tally: Tally
+    elapsed_s: float
+    resume_options: str = ""
+    most: int | None = None
+    problems: Sequence[str] = ()
+    done_before: int = 0
+
+
+def print_summary(out: Console, summary: Summary) -> None:
+    name, path, state, tally = summary.name, summary.path, summary.state, summary.tally
+    elapsed_s, done_before, most = summary.elapsed_s, summary.done_before, summary.most
     counts = " · ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())) or "none"
     pruned = tally.counts.get(PRUNED, 0)
     done = how_many(tally.done, tally.total, pruned, most)
@@ -74,7 +91,7 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
     partial = "" if state == "complete" else " (partial)"
     if not tally.problems:
         _say_best(out, tally, "  best: ", partial)
-    for label, mine in zip(problems, tally.problems):
+    for label, mine in zip(summary.problems, tally.problems):
         _say_best(out, mine, f"  best for {label}: ", partial)
     say_line(out, f"  results: {path}/trials.parquet")
     if _ran(tally):
@@ -82,7 +99,7 @@ def print_summary(out: Console, name: str, path: Path, state: str, tally: Tally,
         say_line(out, f"  next: sweep report {quoted} (the fastest, the failures), "
                  f"sweep best {quoted} (the best as a triton.Config)")
     if state != "complete":
-        say_line(out, f"  resume with: {resume_command(path)}{resume_options}")
+        say_line(out, f"  resume with: {resume_command(path)}{summary.resume_options}")
 
 
 def print_errors(out: Console, records: pa.Table, top: int = 5) -> None:

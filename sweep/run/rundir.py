@@ -5,7 +5,9 @@ journal."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import platform
 import threading
 import time
@@ -37,6 +39,19 @@ from sweep.run.contracts import SpentAttempt
 from sweep.search.strategies import SearchPlan
 from sweep.spec import BACKEND_CHOICES, Spec, SpecError, name_problem
 from sweep.spec.space import Space
+
+# Errors of the run directory's filesystem, reported as one line (exit 1), not a traceback.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG,
+                  errno.EACCES, errno.EPERM}
+
+
+def storage_error(e: BaseException, directory: Path) -> bool:
+    """A failed write in the run directory (a full disk, say): one line and exit 1. Any
+    other error is a bug and keeps its traceback."""
+    if not isinstance(e, OSError) or e.errno not in STORAGE_ERRNOS or not e.filename:
+        return False
+    return Path(os.fsdecode(e.filename)).absolute().is_relative_to(directory)
+
 
 META = "run.json"
 

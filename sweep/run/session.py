@@ -10,7 +10,6 @@ the end; a signal at any point from start-up to the final write ends in a clean 
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import time
@@ -33,7 +32,13 @@ from sweep.console import Output, say
 from sweep.engines import machine
 from sweep.engines.prestart import Prestart
 from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
-from sweep.results.summary import print_errors, print_summary, problem_labels, resume_command
+from sweep.results.summary import (
+    Summary,
+    print_errors,
+    print_summary,
+    problem_labels,
+    resume_command,
+)
 from sweep.run import cache_policy, opening, repair, rundir
 from sweep.run.assembly import (
     Assembly,
@@ -57,18 +62,6 @@ from sweep.search.scheduling import AdaptiveLimit, compile_order
 from sweep.search.strategies import SearchPlan, most
 from sweep.spec import Spec, SpecError, check_dtype_for_backend
 from sweep.spec.space import Space
-
-# Errors of the run directory's filesystem, reported as one line (exit 1), not a traceback.
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG,
-                  errno.EACCES, errno.EPERM}
-
-
-def storage_error(e: BaseException, directory: Path) -> bool:
-    """A failed write in the run directory (a full disk, say): one line and exit 1. Any
-    other error is a bug and keeps its traceback."""
-    if not isinstance(e, OSError) or e.errno not in STORAGE_ERRNOS or not e.filename:
-        return False
-    return Path(os.fsdecode(e.filename)).absolute().is_relative_to(directory)
 
 
 @dataclass
@@ -138,7 +131,7 @@ class Session:
             return self._execute(request, stop, engine,
                                  started if started is not None else time.monotonic())
         except OSError as e:
-            if not storage_error(e, self.path):
+            if not rundir.storage_error(e, self.path):
                 raise
             then = (f"every trial acknowledged is in its journal. Make room, then: "
                     f"{resume_command(self.path)}") if RunDir(self.path).meta.exists() \
@@ -368,7 +361,7 @@ class Session:
                             rundir.Settled(finish.finalists, finish.baseline,
                                            [(f.finalists, f.baseline) for f in finish.problems]))
         except OSError as e:
-            if not storage_error(e, self.path) or not in_flight:
+            if not rundir.storage_error(e, self.path) or not in_flight:
                 raise  # alone, a full disk is one line and exit 1 (see execute)
             # Already failing for the same reason: the artefacts on disk stay the last
             # complete ones, and resume rebuilds them from the journal.
@@ -397,9 +390,10 @@ class Session:
                          "the fastest configs were re-timed side by side: the best is one "
                          "pass's, so the best-config cache does not take it (--force tunes "
                          "again)")
-        print_summary(self.io.out, spec.name, self.path, state, tally, time.monotonic() - t0, again,
-                      most(spec.search, self.space.sizes) if "pruned" not in self.retry
-                      else None, problem_labels(spec), drove.assembly.done_before)
+        print_summary(self.io.out, Summary(
+            spec.name, self.path, state, tally, time.monotonic() - t0, again,
+            most(spec.search, self.space.sizes) if "pruned" not in self.retry else None,
+            problem_labels(spec), drove.assembly.done_before))
         if request.max_trials is not None and state == "interrupted" and \
                 driver is not None and driver.dispatched >= request.max_trials:
             # Each session counts its own: a resume with --max-trials 100 runs 100 more.
