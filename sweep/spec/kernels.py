@@ -40,15 +40,21 @@ class KernelFacts:
     problem_work: tuple[dict[str, float], ...] = ()
 
 
+@dataclass(frozen=True)
+class Spaces:
+    """What a spec tunes: its space (under `where`: its key, space or configs), and each
+    problem's own space's key and values (None where it tunes the spec's)."""
+
+    space: Mapping[str, list[Any]]
+    own: Sequence[tuple[str, Mapping[str, list[Any]]] | None] = ()
+    where: str = "space"
+
+
 def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
-                 fixed: Mapping[str, Any], space: Mapping[str, list[Any]],
-                 backend: str, problems: Sequence[Mapping[str, Any]] = (),
-                 own: Sequence[tuple[str, Mapping[str, list[Any]]] | None] = (),
-                 where: str = "space") -> KernelFacts:
+                 fixed: Mapping[str, Any], spaces: Spaces, backend: str,
+                 problems: Sequence[Mapping[str, Any]] = ()) -> KernelFacts:
     """Import the kernel and check the spec's problem (and each of its problems, as
-    written merged over it), fixed values and space (where: its key, space or configs;
-    own: each problem's own space's key and values, None where it tunes the spec's)
-    against it."""
+    written merged over it), fixed values and spaces against it."""
     try:
         with printed_aside(f"kernel {kernel_name}'s module"):
             kernel = load_kernel(kernel_name)
@@ -62,7 +68,7 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
         merged_fixed: dict[str, Any] = {}
         check_captured(r, kernel, problems or (problem,))
     else:
-        merged_fixed = check_spaces(r, kernel, fixed, space, own, where)
+        merged_fixed = check_spaces(r, kernel, fixed, spaces)
     each = tuple(check_problem(r, kernel, dict(p), backend, f"problems[{i}]")
                  for i, p in enumerate(problems))
     return KernelFacts(problem=merged_problem, fixed=merged_fixed,
@@ -73,11 +79,10 @@ def kernel_facts(r: Reader, kernel_name: str, problem: Mapping[str, Any],
 
 
 def check_spaces(r: Reader, kernel: Kernel, fixed: Mapping[str, Any],
-                 space: Mapping[str, list[Any]],
-                 own: Sequence[tuple[str, Mapping[str, list[Any]]] | None],
-                 where: str) -> dict[str, Any]:
+                 spaces: Spaces) -> dict[str, Any]:
     """The fixed values merged over the kernel's, and each space the spec tunes (the
     spec's where a problem tunes it, each problem's own) checked against its signature."""
+    space, own, where = spaces.space, spaces.own, spaces.where
     every = {**space, **{name: [] for mine in own if mine for name in mine[1]}}
     merged_fixed = check_fixed(r, kernel, fixed, every)
     if not own or not all(own):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.spec.constraints import Constraint
-from sweep.spec.kernels import KernelFacts, kernel_facts
+from sweep.spec.kernels import KernelFacts, Spaces, kernel_facts
 from sweep.spec.model import (
     KERNEL_FREE,
     MAX_NAME_CHARS,
@@ -108,10 +108,10 @@ def load_spec(path: str | Path, *, backend: str | None = None,
     facts = KernelFacts(problem=dict(problem_as_written), fixed=dict(fixed_as_written),
                         problems=problems_as_written)
     if run.backend not in KERNEL_FREE and import_kernel:
-        facts = kernel_facts(r, kernel_name, problem_as_written, fixed_as_written, space,
-                             run.backend, problems_as_written,
-                             [("configs" if o.configs else "space", o.space) if o else None
-                              for o in own], "configs" if configs else "space")
+        tuned = Spaces(space, [("configs" if o.configs else "space", o.space) if o else None
+                               for o in own], "configs" if configs else "space")
+        facts = kernel_facts(r, kernel_name, problem_as_written, fixed_as_written, tuned,
+                             run.backend, problems_as_written)
     return Spec(path=path, text=text, name=name, kernel=kernel_name, problem=facts.problem,
                 problem_as_written=problem_as_written, space=space, constraints=constraints,
                 timing=timing, validation=validation, run=run, simulate=simulate,
