@@ -125,8 +125,8 @@ def invoke(command: str, target: Path, request: Request, stop: StopController, i
 
     session = (Session.start(target, out_dir, backend, label or command,
                              replace_run=request.force, say_line=io.note)
-               if command == "run" else Session.reopen(target, label or command, io.note))
-    session.retry = retry
+               if command == "run" else
+               Session.reopen(target, label or command, io.note, retry=retry))
     try:
         engine = engines.choose(request.runtime, session.spec.run.runtime, request.address,
                                 shut_down, callers_ray)

@@ -115,11 +115,13 @@ class Session:
 
     @classmethod
     def reopen(cls, path: Path, command: str,
-               say_line: Callable[[str], None] = lambda line: None) -> Session:
+               say_line: Callable[[str], None] = lambda line: None,
+               retry: frozenset[str] = frozenset()) -> Session:
+        """retry: `sweep resume --retry`'s statuses."""
         o = opening.open_existing(path, command, say_line)
         assert o.meta is not None
         return cls(o.spec, o.space, o.path, o.lock, o.meta, o.complete, o.earlier,
-                   meta_search=o.meta.get("search"))
+                   retry=retry, meta_search=o.meta.get("search"))
 
     def execute(self, request: Request, stop: StopController, io: Output, engine: Engine,
                 started: float | None = None) -> int:
