@@ -73,7 +73,9 @@ def main() -> None:
                     help="the result's name (benchmarks/results/NAME-DATE.json)")
     args = ap.parse_args()
     baseline = args.baseline.resolve()
-    result = {**record.header(args.name), "baseline": str(baseline),
+    result = {**record.header(args.name), "commit": subprocess.run(
+                  ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                  text=True).stdout.strip(), "baseline": str(baseline),
               "baseline_commit": subprocess.run(
                   ["git", "-C", str(baseline), "rev-parse", "HEAD"], capture_output=True,
                   text=True).stdout.strip(), "commands": {}}
