@@ -43,7 +43,7 @@ class Opened:
     complete: bool = False  # the snapshot says the run is complete
     earlier: list[list[float]] = field(default_factory=list)  # see Snapshot.sessions
     created: list[Path] = field(default_factory=list)  # directories this session made
-    importer: Callable[[], Future[Spec]] | None = None  # begins a new run's kernel import
+    kernel: KernelImport | None = None  # a new run's
 
 
 def checked_path(path: Path, what: str) -> Path:
@@ -99,7 +99,36 @@ def open_new(spec_path: Path, out: Path | None, backend: str | None, command: st
                 f"importing {module} (the spec's kernel) to check the spec against it"))
         return full_spec
 
-    return Opened(spec, space, path, lock, created=created, importer=importer)
+    return Opened(spec, space, path, lock, created=created, kernel=KernelImport(importer))
+
+
+class KernelImport:
+    """A new run's spec with its kernel imported, on a thread: torch and the kernel module
+    take seconds to import, so that happens while the engine starts. Begun once, when
+    first asked for."""
+
+    def __init__(self, begin: Callable[[], Future[Spec]]) -> None:
+        self._begin = begin
+        self._future: Future[Spec] | None = None
+
+    def begin(self) -> None:
+        if self._future is None:
+            self._future = self._begin()
+
+    def result(self) -> Spec:
+        """The spec checked against its kernel (its mistake raised, as SpecError)."""
+        self.begin()
+        assert self._future is not None
+        return self._future.result()
+
+    def failed(self) -> bool:
+        """Whether the import has ended with the spec's mistake already."""
+        return self._future is not None and self._future.done() and \
+            self._future.exception() is not None
+
+    def raise_if_failed(self) -> None:
+        if self.failed():
+            self.result()
 
 
 def _check_room_for_a_run(run: RunDir, replace_run: bool,

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from sweep.run.cache_policy import CacheAnswers
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.finish import Finish, Finishing, after_trials
+from sweep.run.opening import KernelImport
 from sweep.run.progress import ProgressReporter
 from sweep.run.request import Request, SessionEnd
 from sweep.run.rundir import Loaded, RunDir, RunLog
@@ -86,10 +87,7 @@ class Session:
     snapshot_says_complete: bool = False
     earlier: list[list[float]] = field(default_factory=list)  # see Snapshot.sessions
     created: list[Path] = field(default_factory=list)  # directories this session made
-    # A new run's spec with its kernel imported: torch and the kernel module take seconds
-    # to import, so that happens while Ray starts (see _execute).
-    full_spec: Future[Spec] | None = None
-    importer: Callable[[], Future[Spec]] | None = None  # begins that import (a new run's)
+    kernel: KernelImport | None = None  # a new run's spec with its kernel imported
     timeline: dict[str, float] = field(default_factory=dict)  # see Snapshot.timeline
     prestart: Prestart | None = None  # what a local GPU run began before Ray was up
     # `sweep resume --retry`: recorded statuses whose configs run again (a new attempt,
@@ -110,8 +108,7 @@ class Session:
         """replace_run (--force): a run already in `out` is moved aside first, never
         deleted (after a kernel edit, resume refuses it and this is the way on)."""
         o = opening.open_new(spec_path, out, backend, command, replace_run, say_line)
-        return cls(o.spec, o.space, o.path, o.lock, None, created=o.created,
-                   importer=o.importer)
+        return cls(o.spec, o.space, o.path, o.lock, None, created=o.created, kernel=o.kernel)
 
     @classmethod
     def reopen(cls, path: Path, command: str,
@@ -163,7 +160,8 @@ class Session:
         # (Ray must start on this, the main thread: its processes die with the thread).
         if not self.meta and not request.force and self._answered(self._answered_early(engine)):
             return EXIT_OK
-        self._begin_import()
+        if self.kernel is not None:
+            self.kernel.begin()
         try:
             self._spec_refused()  # the kernel's import already found a mistake
             if not self.meta and engine.on_this_machine() and \
@@ -220,7 +218,8 @@ class Session:
             loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                 if self.meta and loaded is None else None
             try:
-                engine.connect(lambda: stop.requested or _failed(self.full_spec),
+                engine.connect(lambda: stop.requested or bool(self.kernel and
+                                                              self.kernel.failed()),
                                self.io.note)
             except ConnectAbandoned as e:
                 self._spec_refused()  # a join given up for the spec's mistake
@@ -235,8 +234,8 @@ class Session:
                 loaded = loading.result()
                 if loaded.recovered.num_rows:
                     self.io.note(repair.rejournal(run, self.spec, loaded))
-            if self.full_spec is not None:
-                self.spec = self.full_spec.result()
+            if self.kernel is not None:
+                self.spec = self.kernel.result()
                 self.timeline["kernel_imported"] = time.time()
         return loaded
 
@@ -447,28 +446,17 @@ class Session:
     def _answered_early(self, engine: Engine) -> list[cache.CacheEntry]:
         """The cache's answer before the kernel is imported and the engine starts (see
         CacheAnswers.before_start); a spec it imported to answer becomes the session's."""
-        if self.importer is None:
+        if self.kernel is None:
             return []
-        hits, full = self.answers.before_start(self.spec, engine, self._imported)
+        hits, full = self.answers.before_start(self.spec, engine, self.kernel.result)
         if full is not None:
             self.spec = full
         return hits
 
-    def _imported(self) -> Spec:
-        self._begin_import()
-        assert self.full_spec is not None
-        return self.full_spec.result()
-
-    def _begin_import(self) -> None:
-        """A new run's kernel import begins (on a thread), once."""
-        if self.full_spec is None and self.importer is not None:
-            self.full_spec = self.importer()
-
     def _spec_refused(self) -> None:
         """Raise the spec's mistake that importing the kernel found, if it has."""
-        if _failed(self.full_spec):
-            assert self.full_spec is not None
-            self.full_spec.result()
+        if self.kernel is not None:
+            self.kernel.raise_if_failed()
 
     def _full_order(self) -> list[int]:
         """Every config in the order to hand out (a new run's), computed once: before Ray
@@ -476,10 +464,6 @@ class Session:
         if self.order is None:
             self.order = compile_order(self.space, range(len(self.space)))
         return self.order
-
-
-def _failed(future: Future[Spec] | None) -> bool:
-    return future is not None and future.done() and future.exception() is not None
 
 
 def _note_interpreted_options(spec: Spec, backend: str, err: Console) -> None:
