@@ -301,7 +301,7 @@ def test_a_final_write_that_fails_alone_is_one_line_and_exit_1(tmp_path,
     def full_disk(run, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(run.trials))
 
-    monkeypatch.setattr(rundir, "finalize", full_disk)
+    monkeypatch.setattr(rundir, "write_artefacts", full_disk)
     spec = simulate_spec(tmp_path / "s.yaml", simulate={"fail_rate": 1.0})
     assert sweep_cli("run", spec, "--out", tmp_path / "run") == 1
     err = capsys.readouterr().err

@@ -296,7 +296,7 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
     write_table(run.trials, build_table(records, params, meta))
 
 
-def finalize(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
+def write_artefacts(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
              moments: Moments, settled: Settled) -> None:
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)

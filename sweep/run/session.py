@@ -66,7 +66,7 @@ from sweep.spec.space import Space
 
 
 @dataclass
-class _Outcome:
+class _Driven:
     """What driving the run left for its last words."""
 
     state: str  # complete | interrupted | failed
@@ -283,7 +283,7 @@ class Session:
 
     def _drive(self, run: RunDir, engine: Engine, backend: str, placement: Placement,
                loaded: Loaded | None, request: Request, stop: StopController,
-               t0: float) -> _Outcome:
+               t0: float) -> _Driven:
         spec = self.spec
         assembly = assemble(run, spec, self.space, Start(loaded, self.retry, self.meta_search,
                                                          request.max_trials, self._full_order),
@@ -302,7 +302,7 @@ class Session:
         def should_stop() -> bool:
             return stop.requested or budget.spent()
 
-        drove = _Outcome("failed", assembly, Finish(), None, None, budget)
+        drove = _Driven("failed", assembly, Finish(), None, None, budget)
         in_flight = True  # an exception is on its way out of the try below
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
@@ -336,7 +336,7 @@ class Session:
             if assembly.replay_cache:
                 shutil.rmtree(assembly.replay_cache, ignore_errors=True)
             checkpoint.wait()
-            self._finalize(run, drove, in_flight)
+            self._write_artefacts(run, drove, in_flight)
         return drove
 
     def _driver(self, engine: Engine, placement: Placement, assembly: Assembly, log: RunLog,
@@ -353,10 +353,10 @@ class Session:
         return rundir.Moments(self.timeline, self.earlier,
                               driver.first_dispatch_at if driver else None)
 
-    def _finalize(self, run: RunDir, drove: _Outcome, in_flight: bool) -> None:
+    def _write_artefacts(self, run: RunDir, drove: _Driven, in_flight: bool) -> None:
         finish = drove.finish
         try:
-            rundir.finalize(run, self.spec, self.space, drove.assembly.work.tally,
+            rundir.write_artefacts(run, self.spec, self.space, drove.assembly.work.tally,
                             drove.state,  # type: ignore[arg-type]
                             self._moments(drove.driver),
                             rundir.Settled(finish.finalists, finish.baseline,
@@ -367,7 +367,7 @@ class Session:
             # Already failing for the same reason: the artefacts on disk stay the last
             # complete ones, and resume rebuilds them from the journal.
 
-    def _conclude(self, run: RunDir, drove: _Outcome, backend: str, request: Request,
+    def _conclude(self, run: RunDir, drove: _Driven, backend: str, request: Request,
                   stop: StopController, t0: float) -> int:
         """The cache's entry, the summary and the exit code of a run that was driven."""
         spec, state, tally, driver = self.spec, drove.state, drove.assembly.work.tally, drove.driver
