@@ -294,6 +294,9 @@ class CompilePool:
                     p.ready, self._failed_starts = True, 0
                     trace.note("compile_process_up", slot=i)
                 elif key == "failed":
+                    if p.task is not None:  # it was up, and lost its set-up: not the
+                        self._queue.appendleft(p.task)  # config's doing, which goes on
+                        p.task = None
                     self._failed_start(i, error)
                 else:
                     self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)

@@ -30,7 +30,8 @@ def prepare(spec_json: str) -> None:
     from sweep_kernels import load_kernel
 
     load_kernel(spec["kernel"], spec["kernel_path"])
-    compile_target.gpu_target()  # asked once, for every process forked from here
+    if compile_target.gpu_target() is not None:  # asked once, for every process forked here
+        compile_target.warm_up()
 
 
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
@@ -54,7 +55,10 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
         try:
             compiler.compile(config)
             outbox.send((key, (time.perf_counter() - t0) * 1e3, None))
-        except Exception as e:  # any failure to compile is the config's, not the pool's
+        except SetUpLost as e:  # the process's, not the config's: the pool replaces it
+            outbox.send(("failed", None, f"it could not set up the GPU ({e})"))
+            return
+        except Exception as e:  # any other failure to compile is the config's
             text = "".join(traceback.format_exception_only(type(e), e)).strip()
             outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
 
@@ -82,10 +86,16 @@ class _Compiler:
             self.made.popitem(last=False)
         return args
 
-    def _on_the_gpu(self) -> None:
-        """From now on, compile as the launch will run: real arguments, CUDA set up."""
+    def _on_the_gpu(self, problem: dict[str, Any]) -> Any:
+        """From now on, compile as the launch will run: real arguments, CUDA set up; the
+        problem's. SetUpLost where they cannot be made here (a fork of a server whose
+        CUDA is set up): the pool starts another process, and the config goes to it."""
         compile_target.deactivate()
         self.arguments, self.made, self.checked = _arguments, collections.OrderedDict(), True
+        try:
+            return self._args(problem)
+        except Exception as e:
+            raise SetUpLost(child.error_line(e)) from None
 
     def compile(self, config: dict[str, Any]) -> None:
         problem = self.problem
@@ -96,26 +106,41 @@ class _Compiler:
         if self.arguments is not _arguments:
             try:
                 args = self._args(problem)
-                compiled = _compile(self.kernel, problem, args, keywords)
-                # Once: real tensors must reach the stand-ins' binary, or the pool
-                # would fill the cache with binaries no launch looks up.
-                self.checked = self.checked or compile_target.same_binary(
-                    self.kernel.function(problem), self.kernel.grid(problem, keywords),
-                    args, keywords, compiled)
-                if self.checked:
+            except Exception:  # stand-ins this problem's make_inputs cannot take
+                args = None
+            if args is not None:
+                try:
+                    compiled = _compile(self.kernel, problem, args, keywords)
+                except Exception as e:
+                    # Once the stand-ins have proved themselves, or for Triton's own word
+                    # on the config, the error is the config's; a first failure may be
+                    # the stand-ins', and the config is compiled again as launched.
+                    if self.checked or compile_target.the_configs(e):
+                        raise
+                    compiled = None
+                if compiled is not None and not self.checked:
+                    # Once: real tensors of the same geometry must reach the stand-ins'
+                    # binary, or the pool would fill the cache with binaries no launch
+                    # looks up.
+                    self.checked = compile_target.same_binary(
+                        self.kernel.function(problem), self.kernel.grid(problem, keywords),
+                        args, keywords, compiled)
+                if compiled is not None and self.checked:
                     compile_target.build_launcher(compiled)  # the limits are the launch's
                     return
-            except Exception as e:
-                if compile_target.the_configs(e):
-                    raise
-                # Perhaps the stand-ins' failure, not the config's: compiled again.
-            self._on_the_gpu()
-        compiled = _compile(self.kernel, problem, self._args(problem), keywords)
+            real = self._on_the_gpu(problem)
+        else:
+            real = self._args(problem)
+        compiled = _compile(self.kernel, problem, real, keywords)
         # Loading it checks the GPU's limits (shared memory, threads per block) and builds
         # Triton's launcher, both off the GPU's critical path.
         init_handles = getattr(compiled, "_init_handles", None)
         if init_handles is not None:
             init_handles()
+
+
+class SetUpLost(Exception):
+    """A process that went over to real arguments could not make them."""
 
 
 Arguments = Callable[[Any, dict[str, Any], int], tuple[tuple[Any, ...], dict[str, Any]]]
@@ -149,8 +174,9 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
 
 def _compile(kernel: Any, problem: dict[str, Any], args: Any, keywords: dict[str, Any]) -> Any:
     positional, passed = args
+    # Merged as the launch merges them (actors/triton_backend.py): the config's last.
     return kernel.function(problem).warmup(
-        *positional, grid=kernel.grid(problem, keywords), **passed, **keywords)
+        *positional, grid=kernel.grid(problem, keywords), **{**passed, **keywords})
 
 
 def _arguments(kernel: Any, problem: dict[str, Any],

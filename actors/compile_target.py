@@ -10,11 +10,11 @@ So a compile process asks NVML (the driver's management library, which a fork le
 usable, unlike CUDA) for the target, puts a driver in front of Triton's that answers from
 it, and passes stand-ins for the launch arguments: the kernel's own make_inputs run on
 the CPU under torch's FakeTensorMode (no memory, no random numbers drawn), each tensor then
-Triton's MockTensor of its dtype, every other argument as made. Triton specialises a
-pointer on its 16-byte alignment, which a stand-in has as torch's allocations do; a launch
-on a view that has not compiles a binary of its own in the worker, as without a pool.
+a StandIn with the fake's dtype, shape and strides and a pointer aligned as a real one
+would be (torch aligns a storage; a view's offset may not be), every other argument as
+made. Once, real tensors of the same geometry must reach the same binary (same_binary).
 Where any of this is not possible (no NVML, GPUs of different kinds, a make_inputs that
-fake tensors cannot run) the process sets up CUDA as before.
+fake tensors cannot run, a check that fails) the process sets up CUDA as before.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ def gpu_target() -> tuple[int, int] | None:
     """(architecture, warp size) of this machine's GPUs, e.g. (90, 32) on an H200, where
     NVML answers and every GPU is of one kind (which of them a process sees does not
     matter then); None otherwise. Asks NVML only: no CUDA, so forking stays safe."""
+    try:
+        return _nvml_target()
+    except Exception:  # an NVML without a symbol, a call that fails: CUDA as before
+        return None
+
+
+def _nvml_target() -> tuple[int, int] | None:
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -103,39 +110,69 @@ def deactivate() -> None:
         driver.reset_active()
 
 
+class StandIn:
+    """A tensor as Triton's JIT sees it, with no memory: the fake tensor's dtype, shape and
+    strides (a heuristic may read them), and a pointer whose 16-byte alignment is a real
+    allocation's (torch aligns a tensor's storage, so a view's is its offset's)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self._tensor = tensor
+        self.dtype = tensor.dtype
+
+    def data_ptr(self) -> int:
+        return int(self._tensor.storage_offset()) * int(self._tensor.element_size())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tensor, name)
+
+
 def stand_ins(kernel: Any, problem: dict[str, Any],
               seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(positional, keyword) launch arguments of the problem as a compile needs them:
-    tensors as MockTensors of their dtypes, the rest as the kernel makes them."""
+    tensors as StandIns, the rest as the kernel makes them."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from triton.runtime.jit import MockTensor
 
-    with FakeTensorMode():
+    # Real tensors may come in (a capture's saved integer inputs): they stay real.
+    with FakeTensorMode(allow_non_fake_inputs=True):
         inputs = kernel.make_inputs(problem, "cpu", seed)
         args, _, passed = kernel.arguments(inputs, problem)
 
-    def mock(value: Any) -> Any:
-        return MockTensor(value.dtype) if isinstance(value, torch.Tensor) else value
+    def stand_in(value: Any) -> Any:
+        return StandIn(value) if isinstance(value, torch.Tensor) else value
 
-    return tuple(mock(a) for a in args), {k: mock(v) for k, v in passed.items()}
+    return tuple(stand_in(a) for a in args), {k: stand_in(v) for k, v in passed.items()}
+
+
+def warm_up() -> None:
+    """Make a fake tensor once: FakeTensorMode imports much of torch's compiler stack
+    when first used (a second or more), best done once in the fork server."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with contextlib.suppress(Exception), FakeTensorMode():
+        torch.empty(1)
 
 
 def same_binary(function: Any, grid: Any, args: tuple[tuple[Any, ...], dict[str, Any]],
                 keywords: dict[str, Any], compiled: Any) -> bool:
-    """Whether real tensors (tiny ones on the CPU, of the stand-ins' dtypes: Triton
-    specialises a pointer on its dtype and alignment, not its device) reach the binary the
-    stand-ins compiled, as Triton's in-memory cache answers: one lookup, no compile, when
-    they do."""
+    """Whether real tensors of the stand-ins' dtypes, shapes, strides and offsets (on the
+    CPU, allocated but never written: Triton specialises a pointer on its dtype and
+    alignment, not its device) reach the binary the stand-ins compiled, as Triton's
+    in-memory cache answers: one lookup, no compile, where they do."""
     import torch
-    from triton.runtime.jit import MockTensor
 
     def real(value: Any) -> Any:
-        return torch.empty(1, dtype=value.dtype) if isinstance(value, MockTensor) else value
+        if not isinstance(value, StandIn):
+            return value
+        t = value._tensor
+        size = t.storage_offset() + sum(max(n - 1, 0) * st for n, st in zip(t.shape, t.stride()))
+        storage = torch.empty(int(size) + 1, dtype=t.dtype)
+        return storage.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
     positional, passed = args
     again = function.warmup(*(real(a) for a in positional), grid=grid,
-                            **{k: real(v) for k, v in passed.items()}, **keywords)
+                            **{**{k: real(v) for k, v in passed.items()}, **keywords})
     return again is compiled
 
 

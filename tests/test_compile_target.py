@@ -65,6 +65,54 @@ def test_a_configs_own_compile_error_is_its_and_the_stand_ins_stay(tmp_path):
     assert got == {"error": "CompilationError", "stand_ins": True}
 
 
+def test_once_proved_a_configs_own_error_keeps_the_stand_ins(tmp_path):
+    got = in_a_process("""
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        compiler.compile(config)  # proves the stand-ins
+        try:
+            compiler.compile({**config, "num_warps": 3})  # Triton asserts a power of 2
+            error = None
+        except Exception as e:
+            error = type(e).__name__
+        print(json.dumps({"error": error, "checked": compiler.checked,
+                          "stand_ins": compiler.arguments is compile_target.stand_ins}))
+    """, tmp_path / "cache")
+    assert got == {"error": "AssertionError", "checked": True, "stand_ins": True}
+
+
+def test_a_stand_in_has_the_tensors_shape_strides_and_alignment():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from actors.compile_target import StandIn
+
+    with FakeTensorMode():
+        x = torch.empty(64, 48, dtype=torch.float16)
+        aligned, view = StandIn(x), StandIn(x[:, 3:])
+    # A heuristic reads the shape; Triton reads the pointer's alignment to 16 bytes.
+    assert (aligned.shape, aligned.stride(), aligned.dtype) == ((64, 48), (48, 1), torch.float16)
+    assert aligned.data_ptr() % 16 == 0 and view.data_ptr() % 16 != 0
+
+
+def test_a_process_that_cannot_make_real_arguments_gives_up_its_set_up(tmp_path):
+    got = in_a_process("""
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        try:
+            compiler.compile(config)
+            lost = None
+        except compile_process.SetUpLost as e:
+            lost = str(e)
+        print(json.dumps({"lost": lost}))
+    """, tmp_path / "cache", setup="""
+        compile_target.same_binary = lambda *args: False
+        def refused(kernel, problem, seed):
+            raise RuntimeError("Cannot re-initialize CUDA in forked subprocess")
+        compile_process._arguments = refused
+    """)
+    # Not the config's error: the pool gives the config to another process.
+    assert got == {"lost": "RuntimeError: Cannot re-initialize CUDA in forked subprocess"}
+
+
 def test_stand_ins_that_miss_the_launchs_binary_give_way_to_real_arguments(tmp_path):
     got = in_a_process("""
         compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))

@@ -294,6 +294,7 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
     sessions = _session_starts(snap)
     total = snap.total if snap is not None else None
     timeline = dict(snap.timeline) if snap is not None else {}
+    # read_best checked every field read here (finalists' and baseline's timings too).
     found = read_best(run.best, fingerprint)
     if found is not None and (snap is None or snap.state != "running"):
         head = found.choice
