@@ -162,7 +162,8 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
     # As the launcher passes them (actors/triton_backend.py): a compile for other
     # keyword values would fill the cache with a binary nobody launches.
     fixed = {**kernel.fixed, **spec["fixed"]}
-    target = None if os.environ.get("TRITON_INTERPRET") == "1" else compile_target.gpu_target()
+    target = None if os.environ.get("TRITON_INTERPRET") == "1" or \
+        os.environ.get("SWEEP_STAND_INS") == "0" else compile_target.gpu_target()
     if target is not None and compile_target.activate(target):
         try:
             args = compile_target.stand_ins(kernel, problem, spec["seed"])

@@ -17,7 +17,7 @@ CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps"
           "num_stages": 3}
 
 
-def in_a_process(code: str, cache: Path, setup: str = "") -> dict:
+def in_a_process(code: str, cache: Path, setup: str = "", env: dict | None = None) -> dict:
     """Run code as a compile process runs: NVML's answer replaced by an H200's (90, 32)."""
     script = textwrap.dedent("""
         import json, sys
@@ -26,7 +26,8 @@ def in_a_process(code: str, cache: Path, setup: str = "") -> dict:
         spec = json.loads(sys.argv[1])
         config = json.loads(sys.argv[2])
     """) + textwrap.dedent(setup) + textwrap.dedent(code)
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "",
+           **(env or {})}
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run([sys.executable, "-c", script, json.dumps(SPEC), json.dumps(CONFIG)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -157,3 +158,14 @@ def test_without_nvml_the_target_is_unknown():
     if not any(Path(p, "libnvidia-ml.so.1").exists()
                for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
         assert compile_target.gpu_target() is None
+
+
+def test_sweep_stand_ins_0_turns_them_off(tmp_path):
+    got = in_a_process("""
+        kernel, problem, args, fixed, arguments = compile_process._set_up(spec)
+        print(json.dumps({"args": args, "real": arguments is compile_process._arguments}))
+    """, tmp_path / "cache", setup="""
+        compile_process._arguments = lambda kernel, problem, seed: "real"
+    """, env={"SWEEP_STAND_INS": "0"})
+    assert got == {"args": "real", "real": True}
+
