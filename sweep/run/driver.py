@@ -298,21 +298,9 @@ class Driver:
             self._worker_lost(slot, event)
 
     def _worker_lost(self, slot: Slot, event: WorkerLost) -> None:
-        rest = slot.unfinished()
-        began = slot.running is not None or any(b.started for b in slot.batches)
-        if event.init_failed or (not slot.up and not began):
-            # It died before it could run anything (a killed or failing start-up): no
-            # trial is to blame, but a slot whose workers keep dying so is given up.
-            slot.failed_starts += 1
-            if slot.failed_starts >= self.limits.max_failed_starts:
-                self.pool.give_up(slot, f"a worker failed to start {slot.failed_starts} times "
-                                    f"(the last, {slot.name}: {event.why})")
-                return
-            self._event(f"worker {slot.name} died while starting: {event.why}; "
-                        "starting another")
-            self.pool.replace(slot)
-            self._requeue(rest)
+        if self.pool.lost_while_starting(slot, event):
             return
+        rest = slot.unfinished()
         current = slot.current(self.limits.announced) or slot.guess(self.limits.announced)
         if current is not None:
             batch, (index, config, attempt) = current

@@ -1,5 +1,6 @@
 """The run's workers, one slot each (sweep/run/slots.py): started, replaced, given up,
-and what they say of themselves (up, on which device, with which versions).
+and what they say of themselves (up, on which device, with which versions; lost while
+starting, which blames no trial).
 
 The trial loop (sweep/run/driver.py) owns the trials and the blame; this owns the
 places. The two meet at two callbacks the loop passes in: where a given-up slot's
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sweep.engines.runtime import Event, Runtime, Trial, WorkerUp
+from sweep.engines.runtime import Event, Runtime, Trial, WorkerLost, WorkerUp
 from sweep.run.contracts import DriverFailed, Limits
 from sweep.run.slots import Slot
 
@@ -77,6 +78,24 @@ class WorkerPool:
         if event.versions:
             self.versions[event.device] = dict(event.versions)
         return all(s.up for s in self.slots)
+
+    def lost_while_starting(self, slot: Slot, event: WorkerLost) -> bool:
+        """A worker that died before it could run anything (a killed or failing start-up):
+        no trial is to blame, and it is replaced, but a slot whose workers keep dying so
+        is given up. Whether it was so (else the trial loop's blame is due)."""
+        began = slot.running is not None or any(b.started for b in slot.batches)
+        if not event.init_failed and (slot.up or began):
+            return False
+        slot.failed_starts += 1
+        if slot.failed_starts >= self.limits.max_failed_starts:
+            self.give_up(slot, f"a worker failed to start {slot.failed_starts} times "
+                               f"(the last, {slot.name}: {event.why})")
+            return True
+        self.tell(f"worker {slot.name} died while starting: {event.why}; starting another")
+        rest = slot.unfinished()
+        self.replace(slot)
+        self.requeue(rest)
+        return True
 
     def check_starts(self) -> None:
         """A worker that is not up within start_timeout_s is given up: Ray may be unable
