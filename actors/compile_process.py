@@ -30,7 +30,7 @@ def prepare(spec_json: str) -> None:
     from sweep_kernels import load_kernel
 
     load_kernel(spec["kernel"], spec["kernel_path"])
-    if compile_target.gpu_target() is not None:  # asked once, for every process forked here
+    if _target() is not None:  # asked once, for every process forked from here
         compile_target.warm_up()
 
 
@@ -97,6 +97,17 @@ class _Compiler:
         except Exception as e:
             raise SetUpLost(child.error_line(e)) from None
 
+    def _reaches(self, problem: dict[str, Any], args: Any, keywords: dict[str, Any],
+                 compiled: Any) -> bool:
+        """Whether real tensors of the stand-ins' geometry reach their binary: checked
+        once, or the pool would fill the cache with binaries no launch looks up. The
+        check's failure is never the config's."""
+        try:
+            return _compile(self.kernel, problem, compile_target.real_twins(args),
+                            keywords) is compiled
+        except Exception:
+            return False
+
     def compile(self, config: dict[str, Any]) -> None:
         problem = self.problem
         if self.keys:  # a sweep over problems: this config's problem
@@ -119,12 +130,7 @@ class _Compiler:
                         raise
                     compiled = None
                 if compiled is not None and not self.checked:
-                    # Once: real tensors of the same geometry must reach the stand-ins'
-                    # binary, or the pool would fill the cache with binaries no launch
-                    # looks up.
-                    self.checked = compile_target.same_binary(
-                        self.kernel.function(problem), self.kernel.grid(problem, keywords),
-                        args, keywords, compiled)
+                    self.checked = self._reaches(problem, args, keywords, compiled)
                 if compiled is not None and self.checked:
                     compile_target.build_launcher(compiled)  # the limits are the launch's
                     return
@@ -162,8 +168,7 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
     # As the launcher passes them (actors/triton_backend.py): a compile for other
     # keyword values would fill the cache with a binary nobody launches.
     fixed = {**kernel.fixed, **spec["fixed"]}
-    target = None if os.environ.get("TRITON_INTERPRET") == "1" or \
-        os.environ.get("SWEEP_STAND_INS") == "0" else compile_target.gpu_target()
+    target = _target()
     if target is not None and compile_target.activate(target):
         try:
             args = compile_target.stand_ins(kernel, problem, spec["seed"])
@@ -171,6 +176,14 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
         except Exception:  # a make_inputs fake tensors cannot run: real ones, then
             compile_target.deactivate()
     return kernel, problem, _arguments(kernel, problem, spec["seed"]), fixed, _arguments
+
+
+def _target() -> tuple[int, int] | None:
+    """The GPU target stand-ins compile for; None where they are not used (the
+    interpreter, SWEEP_STAND_INS=0, no target NVML can name)."""
+    if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("SWEEP_STAND_INS") == "0":
+        return None
+    return compile_target.gpu_target()
 
 
 def _compile(kernel: Any, problem: dict[str, Any], args: Any, keywords: dict[str, Any]) -> Any:

@@ -12,7 +12,7 @@ it, and passes stand-ins for the launch arguments: the kernel's own make_inputs 
 the CPU under torch's FakeTensorMode (no memory, no random numbers drawn), each tensor then
 a StandIn with the fake's dtype, shape and strides and a pointer aligned as a real one
 would be (torch aligns a storage; a view's offset may not be), every other argument as
-made. Once, real tensors of the same geometry must reach the same binary (same_binary).
+made. Once, real tensors of the same geometry must reach the same binary (real_twins).
 Where any of this is not possible (no NVML, GPUs of different kinds, a make_inputs that
 fake tensors cannot run, a check that fails) the process sets up CUDA as before.
 """
@@ -154,12 +154,12 @@ def warm_up() -> None:
         torch.empty(1)
 
 
-def same_binary(function: Any, grid: Any, args: tuple[tuple[Any, ...], dict[str, Any]],
-                keywords: dict[str, Any], compiled: Any) -> bool:
-    """Whether real tensors of the stand-ins' dtypes, shapes, strides and offsets (on the
-    CPU, allocated but never written: Triton specialises a pointer on its dtype and
-    alignment, not its device) reach the binary the stand-ins compiled, as Triton's
-    in-memory cache answers: one lookup, no compile, where they do."""
+def real_twins(args: tuple[tuple[Any, ...], dict[str, Any]]
+               ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The stand-ins' arguments with real tensors of their dtypes, shapes, strides and
+    offsets (on the CPU, allocated but never written): what the once-per-process check
+    compiles, since Triton specialises a pointer on its dtype and alignment, not its
+    device, and finds the stand-ins' binary in its in-memory cache where they agree."""
     import torch
 
     def real(value: Any) -> Any:
@@ -171,12 +171,7 @@ def same_binary(function: Any, grid: Any, args: tuple[tuple[Any, ...], dict[str,
         return storage.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
     positional, passed = args
-    try:
-        again = function.warmup(*(real(a) for a in positional), grid=grid,
-                                **{**{k: real(v) for k, v in passed.items()}, **keywords})
-    except Exception:  # the check's failure, never the config's: not proved, then
-        return False
-    return again is compiled
+    return tuple(real(a) for a in positional), {k: real(v) for k, v in passed.items()}
 
 
 def the_configs(error: Exception) -> bool:

@@ -105,7 +105,7 @@ def test_a_process_that_cannot_make_real_arguments_gives_up_its_set_up(tmp_path)
             lost = str(e)
         print(json.dumps({"lost": lost}))
     """, tmp_path / "cache", setup="""
-        compile_target.same_binary = lambda *args: False
+        compile_process._Compiler._reaches = lambda *args: False
         def refused(kernel, problem, seed):
             raise RuntimeError("Cannot re-initialize CUDA in forked subprocess")
         compile_process._arguments = refused
@@ -126,7 +126,7 @@ def test_stand_ins_that_miss_the_launchs_binary_give_way_to_real_arguments(tmp_p
                           "args": compiler._args(compiler.problem),
                           "driver": type(driver._active).__name__}))
     """, tmp_path / "cache", setup="""
-        compile_target.same_binary = lambda *args: False
+        compile_process._Compiler._reaches = lambda *args: False
         compile_process._arguments = lambda kernel, problem, seed: "real"
     """)
     assert got == {"real": True, "args": "real", "driver": "NoneType"}
@@ -151,13 +151,19 @@ def test_a_make_inputs_fake_tensors_cannot_run_gets_real_arguments(tmp_path):
     assert got["args"] == "real" and got["real"] and got["driver"] == "NoneType"
 
 
-def test_without_nvml_the_target_is_unknown():
-    # This machine has no NVIDIA driver: the pool's processes set up CUDA as before.
+def test_without_a_usable_nvml_the_target_is_unknown(monkeypatch):
+    # The processes then set up CUDA as before: no library, or one missing a symbol.
+    import ctypes
+
     from actors import compile_target
 
-    if not any(Path(p, "libnvidia-ml.so.1").exists()
-               for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
-        assert compile_target.gpu_target() is None
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(compile_target.ctypes, "CDLL", missing)
+    assert compile_target.gpu_target.__wrapped__() is None
+    monkeypatch.setattr(compile_target.ctypes, "CDLL", lambda name: ctypes.CDLL(None))
+    assert compile_target.gpu_target.__wrapped__() is None  # libc: no nvmlInit_v2
 
 
 def test_sweep_stand_ins_0_turns_them_off(tmp_path):
@@ -168,4 +174,3 @@ def test_sweep_stand_ins_0_turns_them_off(tmp_path):
         compile_process._arguments = lambda kernel, problem, seed: "real"
     """, env={"SWEEP_STAND_INS": "0"})
     assert got == {"args": "real", "real": True}
-

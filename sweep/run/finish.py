@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -31,26 +31,13 @@ from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.progress import ProgressReporter
 from sweep.run.retiming import retime, retime_spread
-from sweep.run.rundir import RunDir, RunLog
+from sweep.run.rundir import Finish, RunDir, RunLog
 from sweep.run.workers import WorkerPool
 from sweep.search.strategies import Search, rungs
 from sweep.spec import Spec
 from sweep.spec.space import Space
 
 PRUNE_CHUNK = 10_000  # pruned rows journaled at once
-
-
-@dataclass
-class Finish:
-    """What the finish decided: the finalists' re-timing, the torch baseline's timing by
-    device type, and whether a stop left the best one pass's (unsettled)."""
-
-    finalists: list[dict[str, Any]] = field(default_factory=list)
-    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
-    unsettled: bool = False
-    # A sweep over problems: each problem's own finish (this one holds the first's
-    # finalists and baseline, which best.json leads with).
-    problems: list[Finish] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,16 +174,27 @@ def versions() -> dict[str, str]:
                                   "triton-sweep": "project"})}
 
 
-# Each problem's finish in a sweep over problems: (finalists, baseline).
-ProblemFinish = tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]
+@dataclass
+class Finish:
+    """What a run's finish decided (sweep/run/finish.py), as its files hold it: the
+    finalists' re-timing, the torch baseline's timing by device type, and whether a stop
+    left the best one pass's (unsettled)."""
+
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsettled: bool = False
+    # A sweep over problems: each problem's own finish (this one holds the first's
+    # finalists and baseline, which best.json leads with).
+    problems: list[Finish] = field(default_factory=list)
 
 
-def problems_of(spec: Spec, tally: Tally,
-                finishes: Sequence[ProblemFinish] = ()) -> list[dict[str, Any]]:
+def problems_of(spec: Spec, tally: Tally, finish: Finish) -> list[dict[str, Any]]:
     """best.json's by_problem (nothing for a sweep of one problem)."""
-    problems = spec.each_problem()
+    problems, finishes = spec.each_problem(), finish.problems
     return [problem_doc(dict(problems[p]), tally.starts[p], mine.total, mine.best,
-                        mine.by_device, *(finishes[p] if p < len(finishes) else ([], {})))
+                        mine.by_device,
+                        *((finishes[p].finalists, finishes[p].baseline)
+                          if p < len(finishes) else ([], {})))
             for p, mine in enumerate(tally.problems)]
 
 
@@ -199,20 +209,10 @@ class Moments:
     first_dispatch_at: float | None = None
 
 
-@dataclass(frozen=True)
-class Settled:
-    """What the finish decided, as the run's files hold it: the finalists re-timed side
-    by side, the torch baseline's timing by device type, and in a sweep over problems
-    each problem's own (the head's are the first problem's)."""
-
-    finalists: list[dict[str, Any]] = field(default_factory=list)
-    baseline: dict[str, dict[str, Any]] = field(default_factory=dict)
-    problems: Sequence[ProblemFinish] = ()
-
-
 def snapshot_of(spec: Spec, tally: Tally, state: RunState, moments: Moments,
-                settled: Settled = Settled()) -> Snapshot:
+                finish: Finish | None = None) -> Snapshot:
     """In a sweep over problems, the best is the first problem's."""
+    finish = finish or Finish()
     now = time.time()
     timeline = moments.timeline
     this = [[timeline["session_start"], now]] if "session_start" in timeline else []
@@ -220,10 +220,10 @@ def snapshot_of(spec: Spec, tally: Tally, state: RunState, moments: Moments,
     return Snapshot(state=state, fingerprint=spec.fingerprint, total=tally.total,
                     done=tally.done, counts=dict(tally.counts), best=head.best,
                     first_dispatch_at=moments.first_dispatch_at,
-                    finalists=list(settled.finalists), timeline=dict(timeline),
-                    by_device=dict(head.by_device), baseline=dict(settled.baseline),
+                    finalists=list(finish.finalists), timeline=dict(timeline),
+                    by_device=dict(head.by_device), baseline=dict(finish.baseline),
                     sessions=[*moments.earlier, *this], written_at=now,
-                    by_problem=problems_of(spec, tally, settled.problems))
+                    by_problem=problems_of(spec, tally, finish))
 
 
 def record_check(spec: Spec, space: Space) -> RecordCheck:
@@ -297,13 +297,13 @@ def write_trials(run: RunDir, spec: Spec, space: Space, state: RunState) -> None
 
 
 def write_artefacts(run: RunDir, spec: Spec, space: Space, tally: Tally, state: RunState,
-             moments: Moments, settled: Settled) -> None:
+                    moments: Moments, finish: Finish) -> None:
     """The public artefacts of a stopped run: trials.parquet, best.json, snapshot.json."""
     write_trials(run, spec, space, state)
-    snap = snapshot_of(spec, tally, state, moments, settled)
+    snap = snapshot_of(spec, tally, state, moments, finish)
     write_best(run.best, snap.best, fingerprint=spec.fingerprint, partial=state != "complete",
-               finalists=list(settled.finalists), by_device=snap.by_device,
-               baseline=dict(settled.baseline), by_problem=snap.by_problem)
+               finalists=list(finish.finalists), by_device=snap.by_device,
+               baseline=dict(finish.baseline), by_problem=snap.by_problem)
     write_snapshot(run.snapshot, snap)
 
 

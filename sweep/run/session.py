@@ -52,11 +52,11 @@ from sweep.run.budget import TimeBudget
 from sweep.run.cache_policy import CacheAnswers
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
-from sweep.run.finish import Finish, Finishing, after_trials
+from sweep.run.finish import Finishing, after_trials
 from sweep.run.opening import KernelImport
 from sweep.run.progress import ProgressReporter
 from sweep.run.request import Request, SessionEnd
-from sweep.run.rundir import Loaded, RunDir, RunLog
+from sweep.run.rundir import Finish, Loaded, RunDir, RunLog
 from sweep.run.stop import StopController
 from sweep.search.plan import plan_search
 from sweep.search.scheduling import AdaptiveLimit, compile_order
@@ -354,13 +354,10 @@ class Session:
                               driver.first_dispatch_at if driver else None)
 
     def _write_artefacts(self, run: RunDir, drove: _Driven, in_flight: bool) -> None:
-        finish = drove.finish
         try:
             rundir.write_artefacts(run, self.spec, self.space, drove.assembly.work.tally,
-                            drove.state,  # type: ignore[arg-type]
-                            self._moments(drove.driver),
-                            rundir.Settled(finish.finalists, finish.baseline,
-                                           [(f.finalists, f.baseline) for f in finish.problems]))
+                                   drove.state,  # type: ignore[arg-type]
+                                   self._moments(drove.driver), drove.finish)
         except OSError as e:
             if not rundir.storage_error(e, self.path) or not in_flight:
                 raise  # alone, a full disk is one line and exit 1 (see execute)
