@@ -68,6 +68,7 @@ class Compiled:
     compile_ms: float | None
     error: str | None = None
     timed_out: bool = False
+    binary: str | None = None  # its hash, which the launch checks it loads
 
 
 class Compiler(Protocol):
@@ -96,6 +97,9 @@ class Compiler(Protocol):
 
     def down(self) -> bool:
         """Whether no process of it can start: its worker compiles every config itself."""
+
+    def missed(self) -> None:
+        """A launch loaded another binary than the one compiled for its config."""
 
     def close(self) -> None: ...
 
@@ -162,6 +166,7 @@ class CompilePool:
         self._forking = True
         self._down: str | None = None  # why no process can start: the pool stays down
         self._notices: list[str] = []
+        trace.note("compile_pool_started", adopted=bool(forks))
         self._server = (child.ForkServer.adopt(*forks) if forks else None) or \
             child.ForkServer("actors.compile_process:prepare", json.dumps(self._spec), stderr,
                              env={**os.environ, **FORK_SAFE_ENV})
@@ -212,6 +217,25 @@ class CompilePool:
         with self._lock:
             told, self._notices = self._notices, []
             return told
+
+    def missed(self) -> None:
+        """The stand-ins' binary was not the launch's (a geometry actors/meta_inputs.py got
+        wrong, say): from now on the processes compile with real arguments, each setting
+        CUDA up. Those running now start again, their configs first in the queue."""
+        with self._lock:
+            if self._spec.get("stand_ins") is False:
+                return  # real arguments already: nothing left to fall back to
+            self._spec["stand_ins"] = False
+            self._notices.append("compile processes compile with real arguments from now "
+                                 "on: a launch loaded another binary than theirs")
+            for i, p in enumerate(self._procs):
+                if p is None:
+                    continue
+                if p.task is not None:
+                    self._queue.appendleft(p.task)
+                    p.task = None
+                child.kill(p.child)
+                self._restart(i, "its stand-ins missed the launch's binary")
 
     def withdraw(self, key: int) -> bool:
         with self._lock:
@@ -283,7 +307,7 @@ class CompilePool:
                 continue
             if p.child.replies in ready:
                 try:
-                    key, ms, error = p.child.replies.recv()
+                    key, ms, error, binary = p.child.replies.recv()
                 except EOFError:  # the compile process died (a crash inside the compiler)
                     if p.ready:
                         self._replace(i, "the compile process died")
@@ -299,7 +323,8 @@ class CompilePool:
                         p.task = None
                     self._failed_start(i, error)
                 else:
-                    self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error)
+                    self._done[key] = Compiled(ok=error is None, compile_ms=ms, error=error,
+                                               binary=binary)
                     self._ended(key, ms)
                     p.task = None
                     trace.note("compile_done", key=key, ms=ms, ok=error is None)

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from actors import child, compile_target
+from actors import child, compile_target, trace
 
 KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
 
@@ -30,22 +30,24 @@ def prepare(spec_json: str) -> None:
     from sweep_kernels import load_kernel
 
     load_kernel(spec["kernel"], spec["kernel_path"])
-    if _target() is not None:  # asked once, for every process forked from here
-        compile_target.warm_up()
+    _target()  # NVML asked once, for every process forked from here
+    trace.note("fork_server_prepared")
 
 
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
     """A compile process: make the problem's launch arguments once (Triton specialises on
     dtypes, alignment and some integer values), then compile on request. A set-up that
-    fails says why before the process ends."""
+    fails says why before the process ends. Each reply is (key, ms, error, binary): the
+    hash of the binary compiled, which the launch checks it loads."""
+    trace.note("compile_process_forked")
     inbox, outbox = child.connect(read_fd, write_fd)
     spec = json.loads(spec_json)
     try:
         compiler = _Compiler(spec, *_set_up(spec))
     except Exception as e:
-        outbox.send(("failed", None, child.error_line(e)))
+        outbox.send(("failed", None, child.error_line(e), None))
         return
-    outbox.send(("ready", None, None))
+    outbox.send(("ready", None, None, None))
     while True:
         try:
             key, config = inbox.recv()
@@ -53,14 +55,14 @@ def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
             return
         t0 = time.perf_counter()
         try:
-            compiler.compile(config)
-            outbox.send((key, (time.perf_counter() - t0) * 1e3, None))
+            binary = compiler.compile(config)
+            outbox.send((key, (time.perf_counter() - t0) * 1e3, None, binary))
         except SetUpLost as e:  # the process's, not the config's: the pool replaces it
-            outbox.send(("failed", None, f"it could not set up the GPU ({e})"))
+            outbox.send(("failed", None, f"it could not set up the GPU ({e})", None))
             return
         except Exception as e:  # any other failure to compile is the config's
             text = "".join(traceback.format_exception_only(type(e), e)).strip()
-            outbox.send((key, (time.perf_counter() - t0) * 1e3, text))
+            outbox.send((key, (time.perf_counter() - t0) * 1e3, text, None))
 
 
 class _Compiler:
@@ -108,7 +110,8 @@ class _Compiler:
         except Exception:
             return False
 
-    def compile(self, config: dict[str, Any]) -> None:
+    def compile(self, config: dict[str, Any]) -> str | None:
+        """Compile config; the hash of its binary (None where Triton has none to say)."""
         problem = self.problem
         if self.keys:  # a sweep over problems: this config's problem
             problem = {**problem, **{k: config[k] for k in self.keys}}
@@ -133,7 +136,7 @@ class _Compiler:
                     self.checked = self._reaches(problem, args, keywords, compiled)
                 if compiled is not None and self.checked:
                     compile_target.build_launcher(compiled)  # the limits are the launch's
-                    return
+                    return getattr(compiled, "hash", None)
             real = self._on_the_gpu(problem)
         else:
             real = self._args(problem)
@@ -143,6 +146,7 @@ class _Compiler:
         init_handles = getattr(compiled, "_init_handles", None)
         if init_handles is not None:
             init_handles()
+        return getattr(compiled, "hash", None)
 
 
 class SetUpLost(Exception):
@@ -168,7 +172,7 @@ def _set_up(spec: dict[str, Any]) -> tuple[Any, dict[str, Any], Any, dict[str, A
     # As the launcher passes them (actors/triton_backend.py): a compile for other
     # keyword values would fill the cache with a binary nobody launches.
     fixed = {**kernel.fixed, **spec["fixed"]}
-    target = _target()
+    target = _target() if spec.get("stand_ins", True) else None
     if target is not None and compile_target.activate(target):
         try:
             args = compile_target.stand_ins(kernel, problem, spec["seed"])

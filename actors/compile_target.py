@@ -9,12 +9,14 @@ heavy_compiles_final_runs/, each run's trace.jsonl), and each held GPU memory of
 So a compile process asks NVML (the driver's management library, which a fork leaves
 usable, unlike CUDA) for the target, puts a driver in front of Triton's that answers from
 it, and passes stand-ins for the launch arguments: the kernel's own make_inputs run on
-the CPU under torch's FakeTensorMode (no memory, no random numbers drawn), each tensor then
-a StandIn with the fake's dtype, shape and strides and a pointer aligned as a real one
-would be (torch aligns a storage; a view's offset may not be), every other argument as
-made. Once, real tensors of the same geometry must reach the same binary (real_twins).
-Where any of this is not possible (no NVML, GPUs of different kinds, a make_inputs that
-fake tensors cannot run, a check that fails) the process sets up CUDA as before.
+torch's meta device (actors/meta_inputs.py; else under FakeTensorMode, which imports much
+of torch's compiler stack first: seconds), with no memory and no values drawn, each
+tensor then a StandIn with the meta tensor's dtype, shape and strides and a pointer
+aligned as a real one would be (torch aligns a storage; a view's offset may not be),
+every other argument as made. Once, real tensors of the same geometry must reach the
+same binary (real_twins). Where any of this is not possible (no NVML, GPUs of different
+kinds, a make_inputs neither can run, a check that fails) the process sets up CUDA as
+before.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def deactivate() -> None:
 
 
 class StandIn:
-    """A tensor as Triton's JIT sees it, with no memory: the fake tensor's dtype, shape and
+    """A tensor as Triton's JIT sees it, with no memory: the meta tensor's dtype, shape and
     strides (a heuristic may read them), and a pointer whose 16-byte alignment is a real
     allocation's (torch aligns a tensor's storage, so a view's is its offset's)."""
 
@@ -129,29 +131,28 @@ class StandIn:
 def stand_ins(kernel: Any, problem: dict[str, Any],
               seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(positional, keyword) launch arguments of the problem as a compile needs them:
-    tensors as StandIns, the rest as the kernel makes them."""
+    tensors as StandIns, the rest as the kernel makes them. make_inputs runs on the meta
+    device (actors/meta_inputs.py: milliseconds), else under FakeTensorMode (seconds)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    # Real tensors may come in (a capture's saved integer inputs): they stay real.
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        inputs = kernel.make_inputs(problem, "cpu", seed)
-        args, _, passed = kernel.arguments(inputs, problem)
+    from actors.meta_inputs import on_meta
+
+    try:
+        with on_meta():
+            inputs = kernel.make_inputs(problem, "cpu", seed)
+            args, _, passed = kernel.arguments(inputs, problem)
+    except Exception:  # an op the meta device has no answer for: fake tensors, then
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        # Real tensors may come in (a capture's saved integer inputs): they stay real.
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            inputs = kernel.make_inputs(problem, "cpu", seed)
+            args, _, passed = kernel.arguments(inputs, problem)
 
     def stand_in(value: Any) -> Any:
         return StandIn(value) if isinstance(value, torch.Tensor) else value
 
     return tuple(stand_in(a) for a in args), {k: stand_in(v) for k, v in passed.items()}
-
-
-def warm_up() -> None:
-    """Make a fake tensor once: FakeTensorMode imports much of torch's compiler stack
-    when first used (a second or more), best done once in the fork server."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with contextlib.suppress(Exception), FakeTensorMode():
-        torch.empty(1)
 
 
 def real_twins(args: tuple[tuple[Any, ...], dict[str, Any]]

@@ -194,6 +194,9 @@ class ReplayCompiler:
     def notices(self) -> list[str]:
         return []
 
+    def missed(self) -> None:
+        pass  # a replayed compile has no binary to miss
+
     def down(self) -> bool:
         return False
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -200,7 +201,6 @@ class TritonBackend:
         """compiled: the compile pool's result, if it compiled this config ahead. Every
         config of a problem is validated and timed on the problem's inputs (ProblemInputs),
         drawn once from the run's seed."""
-        import torch
 
         problem, config = self._split(config)
         keywords = self._keywords(config)
@@ -236,53 +236,64 @@ class TritonBackend:
                 return TrialOutcome("compile_error", "skipped", error=_error_text(e))
             compile_ms = (time.perf_counter() - t0) * 1e3
 
-        def launch() -> None:
-            fn[grid](*args, **keywords)
+        def launch() -> Any:
+            return fn[grid](*args, **keywords)
 
         for tensor in outputs(out) if self.kernel.poisons_outputs() else ():
             tensor.fill_(float("nan"))
         try:
-            first = self._launched_ms(launch)  # time_wall's estimate (see _time)
+            first, loaded = self._launched(launch)  # time_wall's estimate (see _time)
         except Exception as e:
             return self._launch_failure(e, compile_ms)
+        # The pool's binary, or another compiled now: the pool's stand-ins then missed.
+        missed = compiled is not None and compiled.binary is not None and \
+            getattr(loaded, "hash", compiled.binary) != compiled.binary
 
         validation: Validation = "disabled"
         if self.tolerance is not None:
-            rtol, atol = self.tolerance
-            got = outputs(out)
-            expected = reference
-            if len(expected) != len(got):
-                return TrialOutcome(
-                    "runtime_error", "skipped", compile_ms=compile_ms,
-                    error=f"the kernel's reference returned {len(expected)} output(s) and "
-                          f"its launch_args {len(got)}: reference must return one tensor "
-                          "per output, in launch_args' order")
-            for i, (tensor, reference) in enumerate(zip(got, expected)):
-                a, b = tensor.float(), reference.float()
-                within = atol * self.kernel.atol_scale(b)
-                if not torch.allclose(a, b, rtol=rtol, atol=within):
-                    which = "output" if len(got) == 1 else f"output {i + 1} of {len(got)}"
-                    return TrialOutcome("incorrect", "failed", compile_ms=compile_ms,
-                                        error=_mismatch(which, a, b, rtol, within))
-                del a, b
+            wrong = self._mismatched(outputs(out), reference)
+            if wrong is not None:
+                return replace(wrong, compile_ms=compile_ms, missed=missed)
             validation = "passed"
-            del got, expected
         try:
             t = self._time(launch, self.trial_timing[0], self.trial_timing[1], first)
         except Exception as e:
             return self._launch_failure(e, compile_ms, validation)
         return TrialOutcome("ok", validation, latency_ms=t.median_ms, latency_p20_ms=t.p20_ms,
-                            latency_p80_ms=t.p80_ms, compile_ms=compile_ms)
+                            latency_p80_ms=t.p80_ms, compile_ms=compile_ms, missed=missed)
 
-    def _launched_ms(self, launch: Callable[[], None]) -> float:
-        """Launch once, to its end; how long that took."""
+    def _mismatched(self, got: tuple[Any, ...], expected: tuple[Any, ...]
+                    ) -> TrialOutcome | None:
+        """The outcome of outputs that are not the reference's within the tolerance."""
+        import torch
+
+        assert self.tolerance is not None
+        rtol, atol = self.tolerance
+        if len(expected) != len(got):
+            return TrialOutcome(
+                "runtime_error", "skipped",
+                error=f"the kernel's reference returned {len(expected)} output(s) and "
+                      f"its launch_args {len(got)}: reference must return one tensor "
+                      "per output, in launch_args' order")
+        for i, (tensor, reference) in enumerate(zip(got, expected)):
+            a, b = tensor.float(), reference.float()
+            within = atol * self.kernel.atol_scale(b)
+            if not torch.allclose(a, b, rtol=rtol, atol=within):
+                which = "output" if len(got) == 1 else f"output {i + 1} of {len(got)}"
+                return TrialOutcome("incorrect", "failed",
+                                    error=_mismatch(which, a, b, rtol, within))
+        return None
+
+    def _launched(self, launch: Callable[[], Any]) -> tuple[float, Any]:
+        """Launch once, to its end: how long that took, and what the launch returned
+        (Triton's compiled kernel)."""
         start = time.perf_counter()
-        launch()
+        loaded = launch()
         if not self.interpret:
             import torch
 
             torch.cuda.synchronize()
-        return (time.perf_counter() - start) * 1e3
+        return (time.perf_counter() - start) * 1e3, loaded
 
     def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float,
               first_ms: float | None = None) -> Timing:

@@ -339,6 +339,8 @@ class TrialWorker:
         trace.note("trial", key=index, ahead=compiled is not None)
         with self._device:
             outcome = self.backend.run_trial(config, compiled)
+        if outcome.missed and self.pool is not None:
+            self.pool.missed()
         if self.problem_keys:  # the row's columns hold the problem; its config, the kernel's
             config = {k: v for k, v in config.items() if k not in self.problem_keys}
         record = TrialRecord.from_outcome(

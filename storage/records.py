@@ -67,6 +67,9 @@ class TrialOutcome:
     latency_p80_ms: float | None = None
     error: str | None = None
     compile_ms: float | None = None
+    # The launch compiled a config its compile pool had compiled, finding another binary:
+    # the pool's processes are told (Compiler.missed). Not a column.
+    missed: bool = False
 
 
 class Where(NamedTuple):
@@ -132,9 +135,11 @@ class TrialRecord:
         finished_at: float,
     ) -> TrialRecord:
         # vars(), not asdict(): asdict deep-copies, and this runs once per trial.
+        measured = dict(vars(outcome))
+        del measured["missed"]  # the pool's to know, not the table's
         return cls(index=index, config=config, device=where.device, node=where.node,
                    worker=where.worker, attempt=attempt, started_at=started_at,
-                   finished_at=finished_at, **vars(outcome))
+                   finished_at=finished_at, **measured)
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, unlike asdict's deep copy: this runs once per trial. The instance's

@@ -88,6 +88,23 @@ def test_a_killed_compile_process_is_replaced(own_pool):
     assert pool.size == 2
 
 
+def test_a_missed_binary_restarts_the_processes_on_real_arguments_losing_no_config(own_pool):
+    pool = own_pool
+    wait_ready(pool)
+    before = {p.child.process.pid for p in pool._procs}
+    pool.submit(0, CONFIG)
+    with pool._lock:
+        pool._pump()  # config 0 handed to a process, whose compile the restart cuts short
+        assert any(p.task is not None for p in pool._procs)
+    pool.missed()
+    pool.missed()  # said once: there is nothing further to fall back to
+    assert pool._spec["stand_ins"] is False  # what each process now starts with
+    assert before.isdisjoint(p.child.process.pid for p in pool._procs)
+    assert result(pool, 0).ok
+    assert pool.notices() == ["compile processes compile with real arguments from now on: "
+                              "a launch loaded another binary than theirs"]
+
+
 @pytest.fixture(scope="module")
 def gated_pool():
     """A pool of two whose "kernel" compiles wait at a gate (tests/gated_kernel.py), started

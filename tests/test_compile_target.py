@@ -174,3 +174,42 @@ def test_sweep_stand_ins_0_turns_them_off(tmp_path):
         compile_process._arguments = lambda kernel, problem, seed: "real"
     """, env={"SWEEP_STAND_INS": "0"})
     assert got == {"args": "real", "real": True}
+
+
+def test_a_pool_told_its_binary_was_missed_starts_processes_on_real_arguments(tmp_path):
+    got = in_a_process("""
+        kernel, problem, args, fixed, arguments = compile_process._set_up(
+            {**spec, "stand_ins": False})
+        print(json.dumps({"args": args, "real": arguments is compile_process._arguments}))
+    """, tmp_path / "cache", setup="""
+        compile_process._arguments = lambda kernel, problem, seed: "real"
+    """)
+    assert got == {"args": "real", "real": True}
+
+
+def test_stand_ins_are_made_without_importing_torchs_compiler_stack(tmp_path):
+    # FakeTensorMode, or most meta-device arithmetic, imports torch._dynamo and sympy:
+    # seconds on a GPU host, before the first compile of every process.
+    got = in_a_process("""
+        made = {}
+        for name in ("matmul", "softmax"):
+            kernel, problem, args, fixed, arguments = compile_process._set_up(
+                {**spec, "kernel": name, "problem": {}})
+            made[name] = arguments is compile_target.stand_ins
+        heavy = sorted(m for m in ("torch._dynamo", "sympy")
+                       if m in sys.modules)
+        print(json.dumps({"stand_ins": made, "imported": heavy}))
+    """, tmp_path / "cache")
+    assert got == {"stand_ins": {"matmul": True, "softmax": True}, "imported": []}
+
+
+def test_a_compile_says_the_binary_a_launch_of_its_geometry_loads(tmp_path):
+    got = in_a_process("""
+        compiler = compile_process._Compiler(spec, *compile_process._set_up(spec))
+        binary = compiler.compile(config)
+        real = compile_process._compile(
+            compiler.kernel, compiler.problem, compile_target.real_twins(compiler.made[
+                next(iter(compiler.made))]), {**compiler.fixed, **config})
+        print(json.dumps({"binary": binary, "launched": real.hash}))
+    """, tmp_path / "cache")
+    assert isinstance(got["binary"], str) and got["binary"] == got["launched"]

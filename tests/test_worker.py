@@ -48,6 +48,7 @@ class ScriptedPool:
         self.is_down = down
         self.submitted: list[int] = []
         self.finished: list[int] = []
+        self.misses = 0
         self.changed = threading.Condition()
 
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
@@ -91,6 +92,9 @@ class ScriptedPool:
     def down(self) -> bool:
         return self.is_down
 
+    def missed(self) -> None:
+        self.misses += 1
+
     def close(self) -> None:
         pass
 
@@ -104,7 +108,7 @@ class RecordingBackend:
     def run_trial(self, config: Mapping[str, Any],
                   compiled: Compiled | None = None) -> TrialOutcome:
         self.ran.append((config["i"], compiled))
-        return TrialOutcome("ok", "skipped", latency_ms=1.0)
+        return TrialOutcome("ok", "skipped", latency_ms=1.0, missed=config.get("missed", False))
 
     def retime(self, configs, rounds):  # pragma: no cover - not used here
         raise AssertionError
@@ -149,6 +153,18 @@ def test_the_config_compiled_first_runs_first_and_each_start_is_announced(monkey
     assert [m.index for m in starts] == [r.index for r in records]
     assert sorted(r.index for r in records) == [0, 1] and len(starts) == 2
     assert all(compiled is not None for _, compiled in backend.ran)
+
+
+def test_a_launch_that_missed_its_pools_binary_tells_the_pool_and_keeps_its_row():
+    pool = ScriptedPool()
+    w, _ = make_worker(pool)
+    batch = [Trial(0, {"i": 0}, 1), Trial(1, {"i": 1, "missed": True}, 1)]
+    pool.finish(0)
+    pool.finish(1)
+    records = [m for m in one_by_one(w.run(Batch(0, batch))) if isinstance(m, TrialRecord)]
+    assert pool.misses == 1
+    assert [(r.index, r.status) for r in records] == [(0, "ok"), (1, "ok")]
+    assert "missed" not in records[1].to_json()  # the pool's to know, not the table's
 
 
 def test_a_later_batch_runs_while_an_earlier_one_waits_on_a_compile(monkeypatch):
