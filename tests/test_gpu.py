@@ -125,7 +125,8 @@ def test_the_pools_binary_is_the_one_the_launch_loads(tmp_path):
         right = torch.allclose(out.float(), kernel.reference(inputs, full).float(),
                                rtol=1e-2, atol=1e-2)
         print(json.dumps({"ok": got[1].ok, "error": got[1].error, "right": bool(right),
-                          "new": sorted(set(os.listdir(cache)) - set(before))}))
+                          "new": sorted(set(os.listdir(cache)) - set(before)),
+                          "same": got[1].binary == compiled.hash}))
     """)
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": str(ROOT)}
@@ -133,7 +134,7 @@ def test_the_pools_binary_is_the_one_the_launch_loads(tmp_path):
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["ok"] and got["right"], got
+    assert got["ok"] and got["right"] and got["same"], got
     # Any new entry would be a binary of the launch's own (a launcher stub is not one).
     assert not [d for d in got["new"]
                 if any(f.endswith(".cubin") for f in os.listdir(tmp_path / "cache" / d))], got
