@@ -43,10 +43,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from actors import child, trace
 from actors.compile_limit import CACHE_HIT_MS, Learner, tighter
+from actors.compiles import Compiled
 from actors.protocol import CompileLimit, WorkerSettings
 from storage.records import canonical_json
 
@@ -59,49 +60,8 @@ START_LIMIT_S = 120.0
 # Failed starts in a row, with none up meanwhile, after which a slot stays empty (and
 # the pool is down once none is up).
 MAX_FAILED_STARTS = 3
+PUMP_S = 0.05  # the longest a compile past its limit runs on unseen by the pool's pumping
 NOTICE_CHARS = 300  # the longest reason a notice quotes
-
-
-@dataclass(frozen=True)
-class Compiled:
-    ok: bool
-    compile_ms: float | None
-    error: str | None = None
-    timed_out: bool = False
-    binary: str | None = None  # its hash, which the launch checks it loads
-
-
-class Compiler(Protocol):
-    """What a worker needs of its compile pool (a real one, or the replay backend's)."""
-
-    def submit(self, key: int, config: Mapping[str, Any]) -> None: ...
-
-    def hint(self, key: int, config: Mapping[str, Any]) -> None: ...
-
-    def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
-        """The first of keys, in their order, whose compile has ended; handed out once."""
-
-    def wait(self, timeout_s: float) -> None:
-        """Until a compile may have ended, or timeout_s."""
-
-    def set_limit(self, limit: CompileLimit) -> None: ...
-
-    def started(self) -> bool:
-        """Whether any of its processes is up (until then its worker compiles itself)."""
-
-    def withdraw(self, key: int) -> bool:
-        """Take back a submitted config that no process has begun; False if one has."""
-
-    def notices(self) -> list[str]:
-        """What its worker should tell the user about the pool (each said once)."""
-
-    def down(self) -> bool:
-        """Whether no process of it can start: its worker compiles every config itself."""
-
-    def missed(self) -> None:
-        """A launch loaded another binary than the one compiled for its config."""
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -177,6 +137,13 @@ class CompilePool:
         self._retried: set[int] = set()
         # The runner takes results while batches submit their configs from other threads.
         self._lock = threading.Lock()
+        self._news = threading.Condition(self._lock)  # notified as replies are read
+        self._replies = 0  # read so far
+        self._seen = threading.local()  # each taking thread's count at its last take
+        self._closed = False
+        self._pumping = threading.Thread(target=self._keep_pumping, name="compile-pool",
+                                         daemon=True)
+        self._pumping.start()
 
     @property
     def size(self) -> int:
@@ -267,15 +234,25 @@ class CompilePool:
     def take(self, keys: Iterable[int]) -> tuple[int, Compiled] | None:
         with self._lock:
             self._pump()
+            self._seen.count = self._replies
             for key in keys:
                 if key in self._done:
                     return key, self._done.pop(key)
         return None
 
     def wait(self, timeout_s: float) -> None:
-        """Wait for a reply without the lock: a thread holding it across the wait would
-        keep a submitting thread out (Python's locks are not fair) until its own result
-        came, and the next batch would start compiling only then."""
+        """Until a reply was read since this thread's last take, or timeout_s. On a
+        condition, which frees the lock meanwhile: a thread holding it across the wait
+        would keep a submitting thread out (Python's locks are not fair) until its own
+        result came, and the next batch would start compiling only then."""
+        with self._news:
+            if self._pumping.is_alive():
+                if self._replies == getattr(self._seen, "count", self._replies):
+                    self._news.wait(timeout_s)
+                return
+        self._wait_for_replies(timeout_s)  # none reads them but this thread (see below)
+
+    def _wait_for_replies(self, timeout_s: float) -> None:
         with self._lock:
             replies = [p.child.replies for p in self._procs if p is not None]
         if not replies:  # the pool is down: nothing will come
@@ -284,8 +261,29 @@ class CompilePool:
         with contextlib.suppress(OSError, ValueError):  # a process replaced meanwhile
             wait(replies, timeout=timeout_s)
 
+    def _keep_pumping(self) -> None:
+        """Read replies and hand out configs as they come, whatever its worker is doing:
+        timing a config, or compiling one itself before any process was up (a process up
+        then waited for the worker's next look: 0.9 s of 15 processes on an H200, results/
+        heavy_compiles_stand_ins/matmul_empty). The worker's own takes pump as well."""
+        try:
+            while True:
+                with self._lock:
+                    if self._closed or self._down is not None:
+                        return
+                    self._pump()
+                self._wait_for_replies(PUMP_S)
+        except (OSError, ValueError, RuntimeError):
+            return  # a pool being torn down; its worker's takes still pump
+
     def _pump(self) -> None:
-        """Hand queued configs to idle processes; take every reply that has arrived."""
+        """Take every reply that has arrived; hand queued configs to idle processes."""
+        if self._read():
+            self._replies += 1
+            self._news.notify_all()
+        self._hand_out()
+
+    def _hand_out(self) -> None:
         for i, p in enumerate(self._procs):
             if p is not None and p.ready and p.task is None and (self._queue or self._hints):
                 chosen = self._next_task()
@@ -300,12 +298,17 @@ class CompilePool:
                     self._queue.appendleft(p.task)
                     p.task = None
                     self._replace(i, "the compile process died")
+
+    def _read(self) -> bool:
+        """Take every reply that has arrived; whether there was any."""
         procs = [p for p in self._procs if p is not None]
         ready = wait([p.child.replies for p in procs], timeout=0)
+        read = False
         for i, p in enumerate(self._procs):
             if p is None:
                 continue
             if p.child.replies in ready:
+                read = True
                 try:
                     key, ms, error, binary = p.child.replies.recv()
                 except EOFError:  # the compile process died (a crash inside the compiler)
@@ -335,6 +338,7 @@ class CompilePool:
                 self._failed_start(i, f"it was not up within {START_LIMIT_S:g} s")
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
                 self._replace(i, self.limit.why(), True)
+        return read
 
     def _failed_start(self, i: int, why: str) -> None:
         """A process that could not start. A fork's failure is the fork server's state (a
@@ -446,6 +450,7 @@ class CompilePool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             # Their pids first (a server still importing has forked none), so that each
             # process is killed with its group: the compilers it runs go too.
             self._server.settle(1.0)

@@ -19,7 +19,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from actors import child
-from actors.compile_pool import Compiled
+from actors.compiles import Compiled
 from actors.protocol import Retimed
 from storage.records import TrialOutcome, clip_error
 

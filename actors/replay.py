@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.compile_pool import Compiled
+from actors.compiles import Compiled
 from actors.protocol import CompileLimit, Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
 from storage.schema import REPLAY_COLUMNS

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from actors.compile_pool import Compiled
+from actors.compiles import Compiled
 from actors.protocol import Retimed, Timing
 from actors.timing import summarise, time_cuda, time_wall
 from storage.records import Status, TrialOutcome, Validation, clip_error

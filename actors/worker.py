@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from actors import trace
 from actors.backends import traits
 from actors.child import error_line
-from actors.compile_pool import Compiled, Compiler
+from actors.compiles import Compiled, Compiler
 from actors.protocol import (
     FORKS,
     Batch,

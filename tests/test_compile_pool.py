@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.compile_pool import Compiled, CompileJob, CompilePool
+from actors.compile_pool import CompileJob, CompilePool
+from actors.compiles import Compiled
 from actors.protocol import CompileLimit
 
 PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float16"}
@@ -86,6 +87,17 @@ def test_a_killed_compile_process_is_replaced(own_pool):
     assert all(r.ok for r in results), results
     assert victim not in {p.child.process.pid for p in pool._procs}
     assert pool.size == 2
+
+
+def test_configs_compile_while_nobody_takes_from_the_pool(own_pool):
+    # Its worker may be timing a config, or compiling one itself before any process was
+    # up: the pool's processes get their configs all the same.
+    pool = own_pool
+    for key in range(3):
+        pool.submit(key, {**CONFIG, "BLOCK_N": 16 * (key + 1)})
+    with pool._news:  # no take, no wait: only the pool's own pumping reads the replies
+        assert pool._news.wait_for(lambda: all(k in pool._done for k in range(3)), 300)
+    assert all(pool._done[k].ok for k in range(3))
 
 
 def test_a_missed_binary_restarts_the_processes_on_real_arguments_losing_no_config(own_pool):

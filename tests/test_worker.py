@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from actors import child, worker
-from actors.compile_pool import Compiled
+from actors.compiles import Compiled
 from actors.launcher import Launcher
 from actors.protocol import (
     Batch,

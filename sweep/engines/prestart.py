@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,23 +63,6 @@ class Prestart:
     directory: Path
     log: IO[bytes]
     backend: str = "cuda"
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _pumping: threading.Thread | None = None
-
-    def __post_init__(self) -> None:
-        if self.pool is not None:
-            # A pool hands out work when asked for results: nobody asks this one.
-            self._pumping = threading.Thread(target=self._pump, args=(self.pool,),
-                                             name="early-compiles", daemon=True)
-            self._pumping.start()
-
-    def _pump(self, pool: CompilePool) -> None:
-        try:
-            while not self._stop.is_set():
-                pool.take(())
-                pool.wait(0.05)
-        except (OSError, ValueError, RuntimeError):
-            return  # best effort: compile processes that cannot start save nothing
 
     @classmethod
     def begin(cls, settings: WorkerSettings, configs: Iterable[tuple[int, dict[str, Any]]],
@@ -126,10 +109,7 @@ class Prestart:
         compiles, where the workers then mostly find the binaries in Triton's cache."""
         if self.pool is None:
             return []
-        self._stop.set()
         trace.note("early_pool_stopped")
-        if self._pumping is not None:
-            self._pumping.join(5)
         try:
             took = self.pool.finished_ms()
         except (OSError, ValueError, RuntimeError):
