@@ -32,6 +32,9 @@ class Retimed:
     finalists: list[Timing]
     baseline: Timing | None = None
     baseline_of: str = "baseline"
+    # The rounds each finalist was timed in, where not all were (see RACE_MARGIN in
+    # actors/triton_backend.py): empty where every one ran every round.
+    rounds: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

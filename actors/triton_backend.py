@@ -6,6 +6,7 @@ interpreter, wall-clock timing); only compilation and the clock differ.
 
 from __future__ import annotations
 
+import statistics
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,19 @@ from sweep_kernels import Kernel
 # cause: it cannot run every kernel (a Python float has no `.to`, libdevice returns None).
 UNDER_INTERPRETER = ("under Triton's CPU interpreter (which cannot run every kernel; it may "
                      "run on a GPU): ")
+# A finalist this much slower than the fastest after a round of its careful re-timing
+# (a median of up to 100 flushed repetitions) sits out the rounds left: a pick is held
+# to 1% of the best, and the rounds are there to share drift, not to find 3%. On an H200
+# the matmul's five finalists' re-timing was 2.3 s of an 11 s command; three of them
+# were 6-11% slower (BENCHMARKS.md, "Heavy kernels").
+RACE_MARGIN = 1.03
+
+
+def still_racing(samples: Sequence[Sequence[float]], racing: list[int]) -> list[int]:
+    """The finalists whose median so far is within RACE_MARGIN of the fastest's."""
+    medians = {k: statistics.median(samples[k]) for k in racing}
+    fastest = min(medians.values())
+    return [k for k in racing if medians[k] < fastest * RACE_MARGIN]
 
 
 class ProcessPoisoned(Exception):
@@ -343,13 +357,17 @@ class TritonBackend:
                 baseline = None
 
         try_baseline(timed=False)  # one-time costs (a library's set-up) are not its speed
-        for _ in range(rounds):
-            for launch, got in zip(launches, samples):
-                got.append(self._time(launch, *self.finalist_timing).median_ms)
+        racing = list(range(len(configs)))
+        for left in reversed(range(rounds)):
+            for k in racing:
+                samples[k].append(self._time(launches[k], *self.finalist_timing).median_ms)
             try_baseline(timed=True)
+            if left:
+                racing = still_racing(samples, racing)
         return Retimed([summarise(s) for s in samples],
                        summarise(baseline) if baseline else None,
-                       "baseline" if self.kernel.baseline else "reference")
+                       "baseline" if self.kernel.baseline else "reference",
+                       [len(s) for s in samples])
 
     def _keywords(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """What the kernel and its grid get: the fixed values and the config."""

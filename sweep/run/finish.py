@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from actors.backends import traits
+from actors.protocol import Timing
 from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from sweep.engines.runtime import RetimeAbandoned
 from sweep.results.summary import problem_labels
@@ -220,21 +221,28 @@ def retime_finalists(f: Finishing, tally: Tally, promoted: dict[str, list[Best]]
             # Cut short by a stop or by a lost worker alike, the best is one pass's.
             done.unsettled = True
             continue
+        rounds = retimed.rounds or [spec.run.finalist_rounds] * len(leaders)
         done.finalists += [
             {"index": b.index, "config": b.config, "device": device,
              "sweep_latency_ms": b.latency_ms, "latency_ms": t.median_ms,
-             "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms}
-            for b, t in zip(leaders, retimed.finalists)]
+             "latency_p20_ms": t.p20_ms, "latency_p80_ms": t.p80_ms, "rounds": n}
+            for b, t, n in zip(leaders, retimed.finalists, rounds)]
         if retimed.baseline is not None:
             b = retimed.baseline
             done.baseline[device] = {"latency_ms": b.median_ms, "latency_p20_ms": b.p20_ms,
                                      "latency_p80_ms": b.p80_ms, "of": retimed.baseline_of}
-        leader, timing = min(zip(leaders, retimed.finalists),
-                             key=lambda p: (p[1].median_ms, p[0].index))
-        winners[device] = Best(leader.index, leader.config, timing.median_ms, device)
+        winners[device] = pick(leaders, retimed.finalists, rounds)
     if winners:
         tally.set_best(winners)
     return done
+
+
+def pick(leaders: list[Best], timings: list[Timing], rounds: list[int]) -> Best:
+    """The re-timed fastest of those timed in every round (one that sat out the later
+    rounds was timed in none of their conditions), with its re-timed latency."""
+    ran = [(b, t) for b, t, n in zip(leaders, timings, rounds) if n == max(rounds)]
+    leader, timing = min(ran, key=lambda p: (p[1].median_ms, p[0].index))
+    return Best(leader.index, leader.config, timing.median_ms, leader.device)
 
 
 def _one_pass(b: Best, device: str) -> dict[str, Any]:
