@@ -265,7 +265,7 @@ class CompilePool:
         """Read replies and hand out configs as they come, whatever its worker is doing:
         timing a config, or compiling one itself before any process was up (a process up
         then waited for the worker's next look: 0.9 s of 15 processes on an H200, results/
-        heavy_compiles_stand_ins/matmul_empty). The worker's own takes pump as well."""
+        heavy_compiles_meta_runs/matmul_empty.tar.gz). The worker's own takes pump too."""
         try:
             while True:
                 with self._lock:

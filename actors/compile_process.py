@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from actors import child, compile_target, trace
+from actors import child, compile_target, trace, triton_warm
 
 KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
 
@@ -24,12 +24,14 @@ KEPT_PROBLEMS = 2  # problems whose launch arguments a compile process keeps
 def prepare(spec_json: str) -> None:
     """In the fork server: the imports every compile process needs, done once."""
     spec = json.loads(spec_json)
+    keying = triton_warm.key_triton()  # beside torch's import: every fork then has it
     import torch  # noqa: F401
     import triton  # noqa: F401
 
     from sweep_kernels import load_kernel
 
     load_kernel(spec["kernel"], spec["kernel_path"])
+    keying.join()  # no thread may run across a fork
     _target()  # NVML asked once, for every process forked from here
     trace.note("fork_server_prepared")
 

@@ -18,7 +18,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from actors import child
+from actors import child, triton_warm
 from actors.compiles import Compiled
 from actors.protocol import Retimed
 from storage.records import TrialOutcome, clip_error
@@ -55,6 +55,8 @@ def _backend(payload: str) -> Any:
     if options["interpret"]:
         # Triton picks interpreter or compiler when a kernel module is imported.
         os.environ["TRITON_INTERPRET"] = "1"
+    else:  # its first compile, before the pool's processes are up, is no slower than the rest
+        triton_warm.key_triton()
     from actors.triton_backend import Budgets, TritonBackend
     from sweep_kernels import load_kernel
 

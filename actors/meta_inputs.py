@@ -3,13 +3,14 @@
 A compile needs each tensor's dtype, shape, strides and alignment (actors/compile_target.py).
 torch's meta device has them without memory, but many of its answers (arithmetic, a random
 draw, a `*_like`) are Python references that import sympy or torch._dynamo when first used:
-3-4 s on an H200 host (BENCHMARKS.md, "Heavy kernels"), paid in every compile process or in
-the fork server before any fork; FakeTensorMode pays the same. So a torch function mode
-sends every tensor made to the meta device and answers those ops itself: a random draw is
-an empty tensor of its size and dtype; a `*_like` takes its tensor's geometry; an
-elementwise op's result has the broadcast shape, the layout of an input of that shape and
-the dtype the op gives on one-element CPU tensors; an in-place elementwise or random op
-leaves its tensor as it was. Anything else runs on the meta device as torch has it.
+3-5 s on an H200 host (benchmarks/results/heavy_compiles_fork_diag/), paid in every compile
+process or in the fork server before any fork; FakeTensorMode pays the same. So a torch
+function mode sends every tensor made to the meta device and answers those ops itself: a
+random draw is an empty tensor of its size and dtype; a `*_like` takes its tensor's
+geometry; an elementwise op's result has the broadcast shape, the layout of an input of
+that shape and the dtype the op gives on one-element CPU tensors; an in-place elementwise
+or random op leaves its tensor as it was. Anything else runs on the meta device as torch
+has it.
 A geometry got wrong costs time, not a result: the worker checks that its launch loads the
 binary the compile made (actors/triton_backend.py).
 """

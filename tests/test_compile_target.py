@@ -213,3 +213,16 @@ def test_a_compile_says_the_binary_a_launch_of_its_geometry_loads(tmp_path):
         print(json.dumps({"binary": binary, "launched": real.hash}))
     """, tmp_path / "cache")
     assert isinstance(got["binary"], str) and got["binary"] == got["launched"]
+
+
+def test_the_fork_server_hashes_triton_once_for_every_process_it_forks(tmp_path):
+    # Before a process's first compile, a cache hit too, Triton hashes its own sources
+    # and library: done in the server, beside its imports, each fork has it already.
+    got = in_a_process("""
+        compile_process.prepare(json.dumps(spec))
+        import threading
+        from triton.runtime import cache
+        print(json.dumps({"keyed": cache.triton_key.cache_info().currsize,
+                          "threads": threading.active_count()}))
+    """, tmp_path / "cache")
+    assert got == {"keyed": 1, "threads": 1}  # and no thread left to run across a fork
