@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from storage.readback import ReadBackError, open_regular
 
@@ -47,6 +47,15 @@ def _open_read(path: Path) -> BinaryIO:
 
 
 # -- appending -----------------------------------------------------------------------------
+
+class LineLog(Protocol):
+    """What a run's log is written to: whole lines appended durably, all of a group or
+    none (Journal's file; a test's list)."""
+
+    def append(self, lines: Iterable[bytes]) -> int: ...
+
+    def close(self) -> None: ...
+
 
 class Journal:
     """Appends lines durably, all of a group or none. Opening cuts a torn tail left by a

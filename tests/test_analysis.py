@@ -56,7 +56,7 @@ def write_run(tmp_path, *, finished=True, name="sim", errors=None, devices=None,
                     device=devices.get(i, "simulated"),
                     node=NODE, worker=worker, attempt=1, started_at=start, finished_at=end)
         for i, (status, t, worker, start, end, error) in TRIALS.items()]
-    with RunLog(run, spec.fingerprint) as log:
+    with RunLog.open(run, spec.fingerprint) as log:
         log.commit(records, [], [None] * len(records))
     state = "complete" if finished else "running"
     rundir.write_trials(run, spec, space, state)

@@ -472,3 +472,46 @@ def test_a_journal_read_in_blocks_reads_as_a_whole_and_names_lines_from_the_star
     path.write_bytes(b"".join(bad))
     with pytest.raises(JournalError, match="line 7: unknown status"):
         read_journal(path, CHECK)
+
+
+RUN = "0123456789abcdef"  # a run's fingerprint
+
+
+class Lines:
+    """A LineLog in memory: what was appended, in order, into one shared list."""
+
+    def __init__(self, name: str, written: list, fail: bool = False) -> None:
+        self.name, self.written, self.fail = name, written, fail
+
+    def append(self, lines):
+        if self.fail:
+            raise JournalWriteError(errno.ENOSPC, "no space left on device")
+        group = list(lines)
+        self.written += [(self.name, line) for line in group]
+        return sum(map(len, group))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_run_log_writes_spent_attempts_before_the_records_each_marked_as_the_runs():
+    from sweep.run.contracts import SpentAttempt
+    from sweep.run.rundir import RunLog
+
+    written: list = []
+    log = RunLog(Lines("journal", written), Lines("attempts", written), RUN)
+    given = encode(record(1), RUN)  # a worker's own encoding goes in as it came
+    log.commit([record(0), record(1)], [SpentAttempt(2, 1, "died", "SIGKILL")], [None, given])
+    assert written == [("attempts", encode_attempt(2, 1, "died", RUN, "SIGKILL")),
+                       ("journal", encode(record(0), RUN)), ("journal", given)]
+
+
+def test_records_whose_spent_attempts_were_not_written_are_not_written_either():
+    from sweep.run.contracts import SpentAttempt
+    from sweep.run.rundir import RunLog
+
+    written: list = []
+    log = RunLog(Lines("journal", written), Lines("attempts", written, fail=True), RUN)
+    with pytest.raises(JournalWriteError):
+        log.commit([record(0)], [SpentAttempt(0, 1, "interrupted")], [None])
+    assert written == []  # a record never counts ahead of the attempts it spent

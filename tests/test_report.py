@@ -291,7 +291,7 @@ def write_interpreter_run(tmp_path, *, backend="interpret", error="boom"):
                     worker="w1", attempt=1, started_at=100.0 + 20 * i,
                     finished_at=100.0 + 20 * i + (ms or 1) / 1000)
         for i, ms in enumerate(latencies)]
-    with RunLog(run, spec.fingerprint) as log:
+    with RunLog.open(run, spec.fingerprint) as log:
         log.commit(records, [], [None] * len(records))
     rundir.write_trials(run, spec, space, "complete")
     best = Best(0, space.config(0), 2.1, device)
@@ -526,7 +526,7 @@ def write_large_run(tmp_path, n=LARGE):
             validation="passed" if ms else "skipped", error=error, compile_ms=None,
             device="simulated", node="n1", worker=f"w{i % 4}", attempt=1, started_at=start,
             finished_at=start + (ms or 1) / 1000))
-    with RunLog(run, spec.fingerprint) as log:
+    with RunLog.open(run, spec.fingerprint) as log:
         log.commit(records, [], [None] * len(records))
     rundir.write_trials(run, spec, space, "complete")
     best = Best(n - 7, space.config(n - 7), 1.0, "simulated")

@@ -26,7 +26,7 @@ from storage.journal import (
     latest_per_index,
     read_journal,
 )
-from storage.journal_file import line_mark
+from storage.journal_file import LineLog, line_mark
 from storage.lines import encode, encode_attempt
 from storage.readback import ReadBackError, printable, read_json
 from storage.records import TrialRecord
@@ -312,13 +312,17 @@ class RunLog:
     the attempt log, each line marked with the run's fingerprint, fsync'd before they
     count. A failed write (a full disk) raises JournalWriteError with nothing torn."""
 
-    def __init__(self, run: RunDir, fingerprint: str) -> None:
-        self.fingerprint = fingerprint
-        self.journal = Journal(run.journal)
+    def __init__(self, journal: LineLog, attempts: LineLog, fingerprint: str) -> None:
+        self.journal, self.attempts, self.fingerprint = journal, attempts, fingerprint
+
+    @classmethod
+    def open(cls, run: RunDir, fingerprint: str) -> RunLog:
+        """The run's own: its journal and attempt log files."""
+        journal = Journal(run.journal)
         try:
-            self.attempts = Journal(run.attempts)
+            return cls(journal, Journal(run.attempts), fingerprint)
         except BaseException:
-            self.journal.close()
+            journal.close()
             raise
 
     def commit(self, records: list[TrialRecord], attempts: list[SpentAttempt],

@@ -307,7 +307,7 @@ class Session:
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
             write_snapshot(run.snapshot, snapshot_now)
-            with RunLog(run, spec.fingerprint) as log, \
+            with RunLog.open(run, spec.fingerprint) as log, \
                     ProgressReporter(tally, self.io.err,
                                      expected=most(spec.search, self.space.sizes)
                                      if assembly.search is not None else None) as progress:
