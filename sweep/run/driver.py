@@ -108,14 +108,7 @@ class Driver:
         try:
             while True:
                 if stopping_at is None and self.should_stop():
-                    self.pool.stopping = True
-                    # What runs now is awaited; what a worker begins after this is not: the
-                    # trials announced running, or (workers running in order) the batches
-                    # begun.
-                    slots = self.pool.slots
-                    self._draining = {(s.name, s.running) for s in slots} \
-                        if self.limits.announced else \
-                        {(s.name, b.number) for s in slots for b in s.batches if b.started}
+                    self._draining = self.pool.stop()
                     stopping_at = self.runtime.monotonic() + self.limits.drain_s
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
                 if stopping_at is None:
@@ -413,17 +406,17 @@ class Driver:
 
     def close(self, cancelled: bool = False) -> None:
         """Stop every worker; trials still running spend an attempt and run again later."""
-        for slot in self.pool.slots:
-            if cancelled:
-                # Take what already arrived first: records are real results, and a batch
-                # the worker began counts its running trial as an attempt spent.
-                for event in self.runtime.settle(slot.name, 0.0):
-                    self._handle(event)
-                current = slot.current(self.limits.announced)
-                if current is not None and current[0].started:
-                    index, _, attempt = current[1]
-                    self.commits.attempts.append(SpentAttempt(index, attempt, "interrupted"))
-            self.runtime.kill(slot.name)
-        self.pool.slots = []
+        for slot in list(self.pool.slots) if cancelled else ():
+            # Take what already arrived first: records are real results, and a batch the
+            # worker began counts its running trial as an attempt spent.
+            for event in self.runtime.settle(slot.name, 0.0):
+                self._handle(event)
+            if slot not in self.pool.slots:
+                continue  # its worker died meanwhile, its trials dealt with as a death's
+            current = slot.current(self.limits.announced)
+            if current is not None and current[0].started:
+                index, _, attempt = current[1]
+                self.commits.attempts.append(SpentAttempt(index, attempt, "interrupted"))
+        self.pool.end()
         self._commit(final=True)
         self.commits.close()

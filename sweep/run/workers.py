@@ -42,6 +42,21 @@ class WorkerPool:
             self.slots.append(slot)
             self.start(slot)
 
+    def stop(self) -> set[tuple[str, int | None]]:
+        """Start no more workers (a run that is ending); what a stop awaits: the trials
+        announced running, or (workers running in order) the batches begun, each with its
+        worker's name. What a worker begins after this is not awaited."""
+        self.stopping = True
+        if self.limits.announced:
+            return {(s.name, s.running) for s in self.slots}
+        return {(s.name, b.number) for s in self.slots for b in s.batches if b.started}
+
+    def end(self) -> None:
+        """Every worker killed: the run's end."""
+        for slot in self.slots:
+            self.runtime.kill(slot.name)
+        self.slots = []
+
     def find(self, worker: str) -> Slot | None:
         return next((s for s in self.slots if s.name == worker), None)
 
