@@ -26,17 +26,13 @@ from actors.backends import may_interpret, resolve
 from storage import cache
 from storage.lock import RunDirLock
 from storage.snapshot import write_snapshot
-from storage.table import read_parquet
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
 from sweep.console import Output, say
 from sweep.engines import machine
 from sweep.engines.prestart import Prestart
 from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
 from sweep.results.summary import (
-    Summary,
     print_errors,
-    print_summary,
-    problem_labels,
     resume_command,
 )
 from sweep.run import cache_policy, opening, repair, rundir
@@ -50,6 +46,7 @@ from sweep.run.assembly import (
 )
 from sweep.run.budget import TimeBudget
 from sweep.run.cache_policy import CacheAnswers
+from sweep.run.conclusion import Concluding, Driven, conclude
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.finish import Finishing, after_trials
@@ -63,18 +60,6 @@ from sweep.search.scheduling import AdaptiveLimit, compile_order
 from sweep.search.strategies import SearchPlan, most
 from sweep.spec import Spec, SpecError, check_dtype_for_backend
 from sweep.spec.space import Space
-
-
-@dataclass
-class _Driven:
-    """What driving the run left for its last words."""
-
-    state: str  # complete | interrupted | failed
-    assembly: Assembly
-    finish: Finish
-    driver: Driver | None
-    lost: ClusterLost | None
-    budget: TimeBudget
 
 
 @dataclass
@@ -178,7 +163,9 @@ class Session:
             if not self.meta:
                 self._create(run, backend, placement)
             drove = self._drive(run, engine, backend, placement, loaded, request, stop, t0)
-            return self._conclude(run, drove, backend, request, stop, t0)
+            self.ending = SessionEnd(drove.state)
+            return conclude(Concluding(self.spec, self.space, self.path, run, backend,
+                                       self.retry, self.io, request, stop, t0), drove)
         finally:
             if self.prestart:  # what its launchers printed goes with the run, if one began
                 self.prestart.close(run.workers_log if run.meta.exists() else None)
@@ -283,7 +270,7 @@ class Session:
 
     def _drive(self, run: RunDir, engine: Engine, backend: str, placement: Placement,
                loaded: Loaded | None, request: Request, stop: StopController,
-               t0: float) -> _Driven:
+               t0: float) -> Driven:
         spec = self.spec
         assembly = assemble(run, spec, self.space, Start(loaded, self.retry, self.meta_search,
                                                          request.max_trials, self._full_order),
@@ -302,7 +289,7 @@ class Session:
         def should_stop() -> bool:
             return stop.requested or budget.spent()
 
-        drove = _Driven("failed", assembly, Finish(), None, None, budget)
+        drove = Driven("failed", assembly, Finish(), None, None, budget)
         in_flight = True  # an exception is on its way out of the try below
         try:
             snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
@@ -353,7 +340,7 @@ class Session:
         return rundir.Moments(self.timeline, self.earlier,
                               driver.first_dispatch_at if driver else None)
 
-    def _write_artefacts(self, run: RunDir, drove: _Driven, in_flight: bool) -> None:
+    def _write_artefacts(self, run: RunDir, drove: Driven, in_flight: bool) -> None:
         try:
             rundir.write_artefacts(run, self.spec, self.space, drove.assembly.work.tally,
                                    drove.state,  # type: ignore[arg-type]
@@ -363,55 +350,6 @@ class Session:
                 raise  # alone, a full disk is one line and exit 1 (see execute)
             # Already failing for the same reason: the artefacts on disk stay the last
             # complete ones, and resume rebuilds them from the journal.
-
-    def _conclude(self, run: RunDir, drove: _Driven, backend: str, request: Request,
-                  stop: StopController, t0: float) -> int:
-        """The cache's entry, the summary and the exit code of a run that was driven."""
-        spec, state, tally, driver = self.spec, drove.state, drove.assembly.work.tally, drove.driver
-        unsettled = drove.finish.unsettled
-        # A retry stopped partway goes on only if asked again: say so in the hint.
-        again = f" --retry {','.join(sorted(self.retry))}" if self.retry else ""
-        spent_budget = state == "interrupted" and not stop.requested and drove.budget.spent()
-        self.ending = SessionEnd(state)
-        # Cached before the summary is printed: a closed stdout (`| head -1`) must not
-        # lose it.
-        partial = state != "complete" or unsettled
-        if tally.best and state != "failed" and drove.lost is None and \
-                (not partial or request.cache_partial):
-            cache_policy.store_best(spec, self.path, tally, backend, partial, self.io.err,
-                                    driver.pool.versions if driver else {})
-        if spent_budget:
-            self.io.note(f"the time budget of {request.time_budget_s:g} s is spent; the run "
-                         "stops resumably")
-        if state == "complete" and unsettled:
-            self.io.note(f"{'stopped' if stop.requested else 'cut short (see above)'} before "
-                         "the fastest configs were re-timed side by side: the best is one "
-                         "pass's, so the best-config cache does not take it (--force tunes "
-                         "again)")
-        print_summary(self.io.out, Summary(
-            spec.name, self.path, state, tally, time.monotonic() - t0, again,
-            most(spec.search, self.space.sizes) if "pruned" not in self.retry else None,
-            problem_labels(spec), drove.assembly.done_before))
-        if request.max_trials is not None and state == "interrupted" and \
-                driver is not None and driver.dispatched >= request.max_trials:
-            # Each session counts its own: a resume with --max-trials 100 runs 100 more.
-            self.io.result(f"  --max-trials {request.max_trials}: this session ran "
-                           f"{tally.done - drove.assembly.done_before} of them; each session "
-                           "counts its own")
-        if state == "complete" and tally.best is None:
-            table = read_parquet(run.trials, columns=["index", "status", "error"])
-            print_errors(self.io.out, table)
-            return EXIT_NONE_WORKED
-        if drove.lost is not None:
-            self.io.note(f"error: {drove.lost}; every finished trial is written. Resume "
-                         f"with: {resume_command(self.path)}")
-            return EXIT_FAILED
-        if state == "failed":
-            return EXIT_FAILED
-        # A signal that lands during the final write of a finished run changes nothing;
-        # one that cut its rungs or finalists short stopped the run's pick.
-        return stop.exit_code if stop.requested and (state != "complete" or unsettled) \
-            else EXIT_OK
 
     def _prestart(self, engine: Engine) -> Prestart | None:
         """Work begun before the kernel is imported here and the engine is up: a GPU's
