@@ -426,3 +426,15 @@ def test_a_stop_does_not_await_a_batch_an_in_order_worker_began_after_it():
     # The stop came while trial 0 ran; trial 1's batch, queued behind it, began after.
     assert sorted(r.index for r in log.records) == [0]
     assert log.attempts == [SpentAttempt(1, 1, "interrupted")]
+
+
+def test_a_stop_awaits_what_ran_when_it_came_not_what_began_after_until_its_time_is_up():
+    from sweep.run.slots import Slot
+    from sweep.run.workers import Drain
+
+    drain = Drain(frozenset({("w1", 3)}), until=10.0)
+    slot = Slot(name="w1", running=3)
+    assert not drain.over([slot], announced=True, now=5.0)  # trial 3 still runs
+    assert drain.over([slot], announced=True, now=10.0)  # run.drain_s is up
+    slot.running = 4  # begun after the stop came: not awaited
+    assert drain.over([slot], announced=True, now=5.0)

@@ -46,7 +46,7 @@ from sweep.engines.runtime import (
 from sweep.run.contracts import DriverEnd, Observer, SpentAttempt, TrialLog, Work
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
 from sweep.run.slots import HeldBatch, Slot
-from sweep.run.workers import WorkerPool
+from sweep.run.workers import Drain, WorkerPool
 
 _UNSENT: dict[str, Any] = {}  # never changed
 _PHASES: dict[type, str] = {WorkerUp: "first_worker_up", BatchBegan: "first_trial_began",
@@ -92,8 +92,6 @@ class Driver:
         self.timeline: dict[str, float] = {}
         self._hinted: set[int] = set()
         self.commits = GroupCommit()
-        # What a stop awaits: (worker, trial announced running) or (worker, batch begun).
-        self._draining: set[tuple[str, int | None]] = set()
         self._committed = 0.0  # when _commit last ran (monotonic)
 
     # --- the loop ------------------------------------------------------------------------
@@ -104,25 +102,24 @@ class Driver:
         wanted = self.workers if self.feed else min(self.workers, max(1, len(self.queue)))
         self.pool.open(wanted)
         last_snapshot = self.runtime.monotonic()
-        stopping_at: float | None = None
+        drain: Drain | None = None  # what a stop awaits, once one came
         try:
             while True:
-                if stopping_at is None and self.should_stop():
-                    self._draining = self.pool.stop()
-                    stopping_at = self.runtime.monotonic() + self.limits.drain_s
+                if drain is None and self.should_stop():
+                    drain = self.pool.stop()
                     self._event(f"draining in-flight trials for up to {self.limits.drain_s:g} s")
-                if stopping_at is None:
+                if drain is None:
                     self._dispatch()
-                if self._finished(stopping_at):
+                if self._finished(drain):
                     break
                 # With a write in flight, look for events without waiting for any: if none
                 # came, the write is awaited (below) rather than left uncounted.
                 events = self.runtime.poll(
-                    0.0 if self.commits.writing is not None else self._wait_budget(stopping_at))
+                    0.0 if self.commits.writing is not None else self._wait_budget(drain))
                 for event in events:
                     self._handle(event)
                 self._check_timeouts()
-                if stopping_at is None:
+                if drain is None:
                     self.pool.check_starts()
                 # While records stream in, a write per COMMIT_EVERY_S, overlapping the loop;
                 # as soon as they pause, at once and awaited.
@@ -136,23 +133,15 @@ class Driver:
         except BaseException:
             self.close(cancelled=True)
             raise
-        if stopping_at is not None:
+        if drain is not None:
             self.close(cancelled=True)
             return "stopped"
         self._commit(final=True)
         return "budget" if self.queue else "complete"
 
-    def _finished(self, stopping_at: float | None) -> bool:
-        if stopping_at is not None:
-            # Batches a worker has not begun are abandoned, not awaited: their trials were
-            # never acknowledged and run again on resume.
-            if self.limits.announced:
-                running = any(s.running is not None and (s.name, s.running) in self._draining
-                              for s in self.pool.slots)
-            else:
-                running = any(b.started and b.pending and (s.name, b.number) in self._draining
-                              for s in self.pool.slots for b in s.batches)
-            return not running or self.runtime.monotonic() >= stopping_at
+    def _finished(self, drain: Drain | None) -> bool:
+        if drain is not None:
+            return drain.over(self.pool.slots, self.limits.announced, self.runtime.monotonic())
         # A batch whose every record arrived counts as done even if its stream never ended
         # (a worker frozen right after its last record): close() stops that worker.
         if any(b.pending for s in self.pool.slots for b in s.batches):
@@ -167,7 +156,7 @@ class Driver:
             return float("inf")
         return self.limits.max_trials - self.dispatched
 
-    def _wait_budget(self, stopping_at: float | None) -> float:
+    def _wait_budget(self, drain: Drain | None) -> float:
         now = self.runtime.monotonic()
         deadlines = [now + 0.25]
         for slot in self.pool.slots:
@@ -175,8 +164,8 @@ class Driver:
                 deadlines.append(slot.since + slot.allowance(self.limits))
             elif not slot.up:
                 deadlines.append(slot.born + self.limits.start_timeout_s)
-        if stopping_at is not None:
-            deadlines.append(stopping_at)
+        if drain is not None:
+            deadlines.append(drain.until)
         return max(min(deadlines) - now, 0.0)
 
     # --- handing out work ----------------------------------------------------------------

@@ -10,10 +10,32 @@ running (a worker started for re-timing, see sweep/run/retiming.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sweep.engines.runtime import Event, Runtime, Trial, WorkerLost, WorkerUp
 from sweep.run.contracts import DriverFailed, Limits
 from sweep.run.slots import Slot
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A stop's wait: for what its workers were running when it came, until `until` (the
+    runtime's monotonic clock)."""
+
+    awaited: frozenset[tuple[str, int | None]]  # (worker, trial) or (worker, batch)
+    until: float
+
+    def over(self, slots: Sequence[Slot], announced: bool, now: float) -> bool:
+        """Whether nothing awaited still runs, or the time is up. Batches a worker has not
+        begun are abandoned, not awaited: their trials were never acknowledged and run
+        again on resume."""
+        if announced:
+            running = any(s.running is not None and (s.name, s.running) in self.awaited
+                          for s in slots)
+        else:
+            running = any(b.started and b.pending and (s.name, b.number) in self.awaited
+                          for s in slots for b in s.batches)
+        return not running or now >= self.until
 
 
 class WorkerPool:
@@ -42,14 +64,16 @@ class WorkerPool:
             self.slots.append(slot)
             self.start(slot)
 
-    def stop(self) -> set[tuple[str, int | None]]:
-        """Start no more workers (a run that is ending); what a stop awaits: the trials
-        announced running, or (workers running in order) the batches begun, each with its
-        worker's name. What a worker begins after this is not awaited."""
+    def stop(self) -> Drain:
+        """Start no more workers (a run that is ending); what the stop awaits, for up to
+        run.drain_s: the trials announced running, or (workers running in order) the
+        batches begun. What a worker begins after this is not awaited."""
         self.stopping = True
         if self.limits.announced:
-            return {(s.name, s.running) for s in self.slots}
-        return {(s.name, b.number) for s in self.slots for b in s.batches if b.started}
+            awaited = {(s.name, s.running) for s in self.slots}
+        else:
+            awaited = {(s.name, b.number) for s in self.slots for b in s.batches if b.started}
+        return Drain(frozenset(awaited), self.runtime.monotonic() + self.limits.drain_s)
 
     def end(self) -> None:
         """Every worker killed: the run's end."""
