@@ -266,15 +266,15 @@ class CompilePool:
         timing a config, or compiling one itself before any process was up (a process up
         then waited for the worker's next look: 0.9 s of 15 processes on an H200, results/
         heavy_compiles_meta_runs/matmul_empty.tar.gz). The worker's own takes pump too."""
-        try:
-            while True:
-                with self._lock:
-                    if self._closed or self._down is not None:
-                        return
+        while True:
+            with self._lock:
+                if self._closed or self._down is not None:
+                    return
+                # Not ended by a failure: the processes it started on their own die with
+                # it (their parent-death signal follows the thread that started them).
+                with contextlib.suppress(OSError, ValueError, RuntimeError):
                     self._pump()
-                self._wait_for_replies(PUMP_S)
-        except (OSError, ValueError, RuntimeError):
-            return  # a pool being torn down; its worker's takes still pump
+            self._wait_for_replies(PUMP_S)
 
     def _pump(self) -> None:
         """Take every reply that has arrived; hand queued configs to idle processes."""

@@ -9,8 +9,10 @@ error. The arguments are stand-ins that need no CUDA where they can be
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -30,10 +32,16 @@ def prepare(spec_json: str) -> None:
 
     from sweep_kernels import load_kernel
 
-    load_kernel(spec["kernel"], spec["kernel_path"])
+    kernel = load_kernel(spec["kernel"], spec["kernel_path"])
     keying.join()  # no thread may run across a fork
-    _target()  # NVML asked once, for every process forked from here
-    trace.note("fork_server_prepared")
+    if _target() is not None and "problem" in spec:  # NVML asked once, for every fork
+        # Whatever making the stand-ins imports, where the meta device falls short
+        # (FakeTensorMode, sympy: seconds), is imported once, here, not in every fork.
+        with contextlib.suppress(Exception):
+            compile_target.stand_ins(kernel, {**kernel.problem_defaults, **spec["problem"]},
+                                     spec.get("seed", 0))
+    trace.note("fork_server_prepared",
+               heavy=[m for m in ("torch._dynamo", "sympy") if m in sys.modules])
 
 
 def serve(read_fd: int, write_fd: int, spec_json: str) -> None:
@@ -202,7 +210,9 @@ def _compile(kernel: Any, problem: dict[str, Any], args: Any, keywords: dict[str
 def _arguments(kernel: Any, problem: dict[str, Any],
                seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(positional, keyword) launch arguments of the problem's inputs."""
+    from actors.triton_backend import copied
+
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    inputs = kernel.make_inputs(problem, device, seed)
+    inputs = copied(kernel.make_inputs(problem, device, seed))  # as the launch's are
     args, _, passed = kernel.arguments(inputs, problem)
     return args, passed

@@ -136,17 +136,18 @@ def stand_ins(kernel: Any, problem: dict[str, Any],
     import torch
 
     from actors.meta_inputs import on_meta
+    from actors.triton_backend import copied
 
     try:
         with on_meta():
-            inputs = kernel.make_inputs(problem, "cpu", seed)
+            inputs = copied(kernel.make_inputs(problem, "cpu", seed))  # as launched
             args, _, passed = kernel.arguments(inputs, problem)
     except Exception:  # an op the meta device has no answer for: fake tensors, then
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         # Real tensors may come in (a capture's saved integer inputs): they stay real.
         with FakeTensorMode(allow_non_fake_inputs=True):
-            inputs = kernel.make_inputs(problem, "cpu", seed)
+            inputs = copied(kernel.make_inputs(problem, "cpu", seed))
             args, _, passed = kernel.arguments(inputs, problem)
 
     def stand_in(value: Any) -> Any:

@@ -7,10 +7,11 @@ draw, a `*_like`) are Python references that import sympy or torch._dynamo when 
 process or in the fork server before any fork; FakeTensorMode pays the same. So a torch
 function mode sends every tensor made to the meta device and answers those ops itself: a
 random draw is an empty tensor of its size and dtype; a `*_like` takes its tensor's
-geometry; an elementwise op's result has the broadcast shape, the layout of an input of
-that shape and the dtype the op gives on one-element CPU tensors; an in-place elementwise
-or random op leaves its tensor as it was. Anything else runs on the meta device as torch
-has it.
+geometry (a view's copy laid out densely, as torch lays it out); an elementwise op's
+result has the broadcast shape, the layout of an input of that shape and the dtype the op
+gives on one-element CPU tensors of the same ranks; an in-place elementwise or random op
+leaves its tensor as it was. Anything else, and a layout asked for, runs on the meta
+device as torch has it.
 A geometry got wrong costs time, not a result: the worker checks that its launch loads the
 binary the compile made (actors/triton_backend.py).
 """
@@ -18,6 +19,7 @@ binary the compile made (actors/triton_backend.py).
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -75,7 +77,9 @@ def _run(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     if meta and name == "to":
         return func(*(META if isinstance(a, (str, torch.device)) else a for a in args),
                     **kwargs)
-    if meta and name.endswith("_like"):
+    if "memory_format" in kwargs and kwargs["memory_format"] is not torch.preserve_format:
+        return func(*args, **kwargs)  # a layout asked for: torch's own answer
+    if meta and name.endswith("_like"):  # randn_like, ...: only the geometry is made
         return _like(first, kwargs.get("dtype") or first.dtype)
     op, in_place = _op_of(name)
     if meta and in_place and op is not None and (op in _FILLS or _elementwise(op)):
@@ -92,25 +96,36 @@ def _draw(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     size = kwargs.get("size")
     if size is None:
         given = args[-1:] if name == "randint" else args
-        size = given[0] if len(given) == 1 and not isinstance(given[0], int) else given
+        size = given[0] if len(given) == 1 and not _integer(given[0]) else given
     dtype = kwargs.get("dtype") or (torch.int64 if name == "randint" else None)
     return torch.empty(tuple(size), dtype=dtype, device=META)
 
 
+def _integer(value: Any) -> bool:
+    """An int, numpy's too: a size of one dimension, not a sequence of them."""
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _like(tensor: Any, dtype: Any) -> Any:
     """An empty tensor laid out as torch lays out a copy of tensor: its strides where it
-    is dense (a permutation of a contiguous layout), else contiguous."""
+    is dense (a permutation of a contiguous layout), else dense strides in the order of
+    its own (as torch's empty_like and clone do)."""
     import torch
 
     order = sorted(range(tensor.dim()), key=lambda d: tensor.stride(d))
-    expected, dense = 1, True
+    strides, expected, dense = [0] * tensor.dim(), 1, True
     for d in order:
         if tensor.size(d) != 1 and tensor.stride(d) != expected:
             dense = False
-        expected *= tensor.size(d)
-    if not dense:
-        return torch.empty(tuple(tensor.shape), dtype=dtype, device=META)
-    return torch.empty_strided(tuple(tensor.shape), tensor.stride(), dtype=dtype, device=META)
+        strides[d] = expected
+        expected *= max(tensor.size(d), 1)
+    shape = tuple(tensor.shape)
+    return torch.empty_strided(shape, tensor.stride() if dense else tuple(strides),
+                               dtype=dtype, device=META)
 
 
 def _op_of(name: str) -> tuple[str | None, bool]:
@@ -151,8 +166,8 @@ def _elementwise_result(func: Callable[..., Any], args: tuple[Any, ...],
     if not tensors or not all(t.is_meta for t in tensors) or "out" in kwargs:
         return func(*args, **kwargs)
 
-    def tiny(value: Any) -> Any:
-        return torch.ones((), dtype=value.dtype, device="cpu") \
+    def tiny(value: Any) -> Any:  # of the same rank: promotion treats 0-d ones apart
+        return torch.ones((1,) * value.dim(), dtype=value.dtype, device="cpu") \
             if isinstance(value, torch.Tensor) else value
 
     sample = func(*(tiny(a) for a in args), **{k: tiny(v) for k, v in kwargs.items()})

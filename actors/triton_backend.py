@@ -36,7 +36,8 @@ def still_racing(samples: Sequence[Sequence[float]], racing: list[int]) -> list[
     """The finalists whose median so far is within RACE_MARGIN of the fastest's."""
     medians = {k: statistics.median(samples[k]) for k in racing}
     fastest = min(medians.values())
-    return [k for k in racing if medians[k] < fastest * RACE_MARGIN]
+    # (None is left where no median compares: a NaN, say. All race on then.)
+    return [k for k in racing if medians[k] <= fastest * RACE_MARGIN] or racing
 
 
 class ProcessPoisoned(Exception):
@@ -108,11 +109,14 @@ def _restore(into: Any, source: Any) -> None:
         into.copy_(source)
 
 
-def _clone(value: Any) -> Any:
+def copied(value: Any) -> Any:
+    """Tensors copied, through tuples, lists and dicts. A launch runs on make_inputs' draw
+    copied (ProblemInputs), so a view in the draw reaches the kernel laid out densely: a
+    compile for that launch takes the same copies (actors/compile_process.py)."""
     if isinstance(value, (tuple, list)):
-        return type(value)(map(_clone, value))
+        return type(value)(map(copied, value))
     if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
+        return {k: copied(v) for k, v in value.items()}
     return value.clone() if hasattr(value, "clone") else value
 
 
@@ -127,7 +131,7 @@ class ProblemInputs:
                  seed: int) -> None:
         self.kernel, self.problem = kernel, problem
         self.pristine = kernel.make_inputs(problem, device, seed)
-        self.inputs = _clone(self.pristine)
+        self.inputs = copied(self.pristine)
         self._expected: tuple[Any, ...] | None = None
 
     def fresh(self) -> tuple[Any, Any, dict[str, Any]]:
@@ -139,7 +143,7 @@ class ProblemInputs:
         """The reference's outputs on the draw (copies: no later launch can change them)."""
         if self._expected is None:
             _restore(self.inputs, self.pristine)
-            self._expected = tuple(_clone(outputs(self.kernel.reference(self.inputs,
+            self._expected = tuple(copied(outputs(self.kernel.reference(self.inputs,
                                                                          self.problem))))
         return self._expected
 

@@ -46,3 +46,15 @@ def test_the_pick_is_among_the_finalists_timed_in_every_round():
     # Finalist 1's one round was a cool one: its median is no fair match for theirs.
     assert pick(leaders, timings, [3, 1, 3]) == Best(2, {"A": 2}, 1.1, "H200")
     assert pick(leaders, timings, [3, 3, 3]) == Best(1, {"A": 1}, 1.0, "H200")
+
+
+def test_the_report_ranks_a_finalist_that_sat_out_rounds_after_the_winner():
+    from sweep.report.ranking import Chose, rank_trials
+
+    rows = [{"index": k, "config": f'{{"A": {k}}}', "device": "H200", "latency_ms": 1.0,
+             "latency_p20_ms": 1.0, "latency_p80_ms": 1.0} for k in range(3)]
+    timing = {"latency_p20_ms": 1.0, "latency_p80_ms": 1.2}
+    chose = Chose(1, {0: {"latency_ms": 1.0, **timing, "rounds": 1},
+                      1: {"latency_ms": 1.1, **timing, "rounds": 3}}, {1}, {})
+    ranked = rank_trials(rows, chose, {})
+    assert [(r.index, r.winner) for r in ranked] == [(1, True), (0, False), (2, False)]

@@ -62,3 +62,45 @@ def test_a_tensor_moved_to_another_device_stays_on_the_meta_device():
         x = torch.empty(4, 4, device="cpu")
         moved = [x.to("cpu"), x.to(device="cuda"), x.cuda(), x.cpu(), x.pin_memory()]
     assert all(t.is_meta and t.shape == (4, 4) for t in moved)
+
+
+def awkward(problem, device, seed):
+    """Promotion against 0-d tensors, layouts asked for, copies of views, numpy sizes."""
+    import numpy as np
+
+    x = torch.randn(64, 48, device=device, dtype=torch.float16)
+    v = x[:, :32].t()
+    return (x * torch.tensor(0.5), x + torch.ones((), dtype=torch.bfloat16),
+            x / x.float().norm(), x.t().clone(memory_format=torch.contiguous_format),
+            torch.empty_like(x.t(), memory_format=torch.contiguous_format),
+            torch.empty_like(v), v.clone(), v + 1, torch.randn(np.int64(5), device=device),
+            torch.randn(65, device=device)[1:].clone())
+
+
+def test_promotion_layouts_and_copies_of_views_come_out_as_torch_makes_them():
+    with on_meta():
+        made = awkward({}, "cpu", 0)
+    assert [geometry(t) for t in made] == [geometry(t) for t in awkward({}, "cpu", 0)]
+
+
+def test_the_stand_ins_of_a_view_are_laid_out_as_the_launchs_copy_of_it():
+    # A launch runs on a copy of the draw (ProblemInputs): a view in it reaches the kernel
+    # dense and aligned, and a compile for the view itself would be no launch's binary.
+    import dataclasses
+
+    from actors.compile_target import stand_ins
+    from actors.triton_backend import ProblemInputs
+
+    base = load_kernel("softmax")
+
+    def views(problem, device, seed):
+        x = torch.randn(problem["rows"], problem["cols"] + 3, device=device)
+        return (x[:, 1:],)  # strides (cols + 3, 1), offset 1: a copy has (cols + 2, 1), 0
+
+    kernel = dataclasses.replace(base, make_inputs=views)
+    problem = {**base.problem_defaults, "rows": 8, "cols": 16}
+    launched = ProblemInputs(kernel, problem, "cpu", 0).fresh()[0]
+    compiled = stand_ins(kernel, problem, 0)[0]
+    assert [geometry(a._tensor) if hasattr(a, "_tensor") else a for a in compiled] == \
+        [geometry(a) for a in launched]
+    assert geometry(launched[0])[2:] == ((18, 1), 0)

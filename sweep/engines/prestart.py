@@ -193,7 +193,8 @@ def _fork_server(directory: Path, log: IO[bytes], settings: WorkerSettings,
     """A prepared fork server for the workers' compile pools: (socket, key, pid)."""
     address, key = str(directory / "forks"), secrets.token_hex(child.KEY_BYTES)
     trace.note("fork_server_started")
-    payload = json.dumps({"kernel": settings.kernel, "kernel_path": settings.kernel_path})
+    payload = json.dumps({"kernel": settings.kernel, "kernel_path": settings.kernel_path,
+                          "problem": dict(settings.problem), "seed": settings.seed})
     process = child.start_detached(
         "actors.child:serve_prepared", address, key, "actors.compile_process:prepare", payload,
         env={**os.environ, **FORK_SAFE_ENV}, stderr=log, stdout=log)

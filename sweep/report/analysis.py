@@ -329,8 +329,11 @@ def _baseline(baseline: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _retimed(finalists: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """The finalists' re-timing by index: those re-timed (none on the interpreter)."""
-    return {int(f["index"]): _timing(f) for f in finalists if f.get("retimed") is not False}
+    """The finalists' re-timing by index, with the rounds it ran where best.json says:
+    those re-timed (none on the interpreter)."""
+    return {int(f["index"]): {**_timing(f), **({"rounds": f["rounds"]} if isinstance(
+        f.get("rounds"), int) and not isinstance(f["rounds"], bool) else {})}
+        for f in finalists if f.get("retimed") is not False}
 
 
 def _one_pass(*finalists: list[dict[str, Any]]) -> bool:

@@ -150,15 +150,18 @@ def count_statuses(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def rank_trials(ok: list[dict[str, Any]], chose: Chose, work: dict[str, float]) -> list[Ranked]:
     """Each device type's settled best and the finalists (by their re-timing, the one
-    pass's where not re-timed), then the rest by the one pass. The winner, the fastest
-    settled best, comes first."""
+    pass's where not re-timed; those timed in fewer rounds after), then the rest by the
+    one pass. The winner, the fastest settled best, comes first."""
     retimed = chose.finalists
+    # A finalist that sat out the later rounds (best.json's `rounds`) ranks after those
+    # timed in all of them: its median is of other conditions, and it was not picked.
+    full = max((f.get("rounds", 0) for f in retimed.values()), default=0)
 
-    def key(r: dict[str, Any]) -> tuple[int, float, int]:
+    def key(r: dict[str, Any]) -> tuple[int, int, float, int]:
         f = retimed.get(r["index"])
         if f is not None:
-            return 0, f["latency_ms"], r["index"]
-        return (0 if r["index"] in chose.settled else 1), r["latency_ms"], r["index"]
+            return 0, int(f.get("rounds", full) < full), f["latency_ms"], r["index"]
+        return (0 if r["index"] in chose.settled else 1), 0, r["latency_ms"], r["index"]
 
     out = []
     for rank, r in enumerate(sorted(ok, key=key), 1):
