@@ -9,12 +9,11 @@ when, so:
 - a trial past its timeout is recorded `timeout`, its worker killed and replaced; a worker
   that makes no progress between batches, or waits on its compiles past the compile limit,
   is replaced without blaming a trial;
-- a worker that dies is blamed on the trial it was running. Messages sent just
-  before a process dies can be lost, so that blame is only a suspicion: the suspect runs
-  again alone, on a worker with nothing else queued ("probation"), where a death is
-  certainly its own. A trial whose worker died more than max_retries times, the last on
-  probation, is `crashed`. A worker that dies before it was up blames nobody. Every other
-  unfinished trial goes back to the front of the queue unharmed.
+- a worker that dies is blamed on the trial it was running, at first only as a suspicion
+  (sweep/run/blame.py): the suspect runs again alone, on a worker with nothing else queued
+  ("probation"), until its deaths make it `crashed`. A worker that dies before it was up
+  blames nobody. Every other unfinished trial goes back to the front of the queue
+  unharmed.
 Every deadline uses the runtime's monotonic clock, so a step of the wall clock cannot time
 out trials; records carry wall-clock times.
 
@@ -43,6 +42,7 @@ from sweep.engines.runtime import (
     WorkerNote,
     WorkerUp,
 )
+from sweep.run.blame import Blame
 from sweep.run.contracts import DriverEnd, Observer, SpentAttempt, TrialLog, Work
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
 from sweep.run.slots import HeldBatch, Slot
@@ -75,9 +75,7 @@ class Driver:
                                          for i in work.todo)
         self.spent = spent
         self.feed = work.feed
-        self.deaths = dict(work.deaths)
-        # A trial whose worker died (possibly in an earlier session) runs alone next time.
-        self.probation: set[int] = set(work.deaths)
+        self.blame = Blame(work.deaths, limits.max_retries)
         self.should_stop = should_stop
         self.on_snapshot = on_snapshot
         self.observers = list(observers)
@@ -178,14 +176,14 @@ class Driver:
                 if not (slot.up or self.limits.announced) or not slot.has_room(self.limits) \
                         or slot.on_probation:
                     continue
-                if self.queue[0][0] in self.probation:
+                if self.queue[0][0] in self.blame.suspects:
                     if not slot.batches and self._budget_left() > 0:  # alone, on an idle one
                         self._submit(slot, [self.queue.popleft()], probation=True)
                     if not self.queue:
                         return
                     continue  # otherwise a suspect waits for an idle worker
                 takers.append(slot)
-            if not takers or self.queue[0][0] in self.probation or not self._deal(takers):
+            if not takers or self.queue[0][0] in self.blame.suspects or not self._deal(takers):
                 return
 
     def _deal(self, takers: list[Slot]) -> int:
@@ -198,7 +196,7 @@ class Driver:
         budget = self._budget_left()
         hands: list[list[Trial]] = [[] for _ in takers]
         dealt = 0
-        while dealt < budget and self.queue and self.queue[0][0] not in self.probation:
+        while dealt < budget and self.queue and self.queue[0][0] not in self.blame.suspects:
             hand = hands[dealt % len(takers)]
             if len(hand) >= room:
                 break
@@ -272,8 +270,7 @@ class Driver:
             if slot.running in done:
                 slot.running = None
             slot.since, slot.failed_starts = now, 0
-            if self.probation:
-                self.probation -= done
+            self.blame.finished(done)
         elif isinstance(event, BatchDone):
             slot.batches = deque(b for b in slot.batches if b.number != event.batch)
         elif isinstance(event, WorkerLost):
@@ -288,17 +285,15 @@ class Driver:
             batch, (index, config, attempt) = current
             rest = [t for t in rest if t[0] != index]
             confirmed = batch.probation
-            self.deaths[index] = self.deaths.get(index, 0) + 1
+            crashed = self.blame.died(index, confirmed)
             self.commits.attempts.append(SpentAttempt(index, attempt, "died", event.why))
             self._event(f"worker {slot.name} died running trial {index} (attempt {attempt}"
                         f"{', alone' if confirmed else ''}): {event.why}")
-            if confirmed and self.deaths[index] > self.limits.max_retries:
-                self.probation.discard(index)
+            if crashed:
                 # Recorded before the slot gets its next worker: the row names this one.
                 self._record_failure(slot, index, config, attempt, TrialOutcome(
                     "crashed", "skipped", error=f"its worker died: {event.why}"))
             else:
-                self.probation.add(index)
                 rest.insert(0, Trial(index, config, attempt + 1))
         self.pool.replace(slot)
         self._requeue(rest)
