@@ -134,6 +134,7 @@ class CompilePool:
         self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
         self._hints: dict[int, Mapping[str, Any]] = {}  # compiled when nothing is queued
         self._done: dict[int, Compiled] = {}
+        self._configs: dict[int, Mapping[str, Any]] = {}  # of each compile handed out
         self._retried: set[int] = set()
         # The runner takes results while batches submit their configs from other threads.
         self._lock = threading.Lock()
@@ -188,13 +189,17 @@ class CompilePool:
     def missed(self) -> None:
         """The stand-ins' binary was not the launch's (a geometry actors/meta_inputs.py got
         wrong, say): from now on the processes compile with real arguments, each setting
-        CUDA up. Those running now start again, their configs first in the queue."""
+        CUDA up. Those running now start again, their configs first in the queue; those
+        compiled and not yet taken are compiled again, as their launches would."""
         with self._lock:
             if self._spec.get("stand_ins") is False:
                 return  # real arguments already: nothing left to fall back to
             self._spec["stand_ins"] = False
             self._notices.append("compile processes compile with real arguments from now "
                                  "on: a launch loaded another binary than theirs")
+            for key in [k for k, c in self._done.items() if c.ok and k in self._configs]:
+                del self._done[key]
+                self._queue.append((key, self._configs[key]))
             for i, p in enumerate(self._procs):
                 if p is None:
                     continue
@@ -237,6 +242,7 @@ class CompilePool:
             self._seen.count = self._replies
             for key in keys:
                 if key in self._done:
+                    self._configs.pop(key, None)
                     return key, self._done.pop(key)
         return None
 
@@ -291,6 +297,7 @@ class CompilePool:
                     break
                 task, hinted = chosen
                 p.task, p.since = task, time.monotonic()
+                self._configs[task[0]] = task[1]  # until its result is taken
                 trace.note("compile_sent", key=task[0], slot=i, hint=hinted)
                 try:
                     p.child.requests.send(p.task)

@@ -101,18 +101,22 @@ def test_configs_compile_while_nobody_takes_from_the_pool(own_pool):
 
 
 def test_a_missed_binary_restarts_the_processes_on_real_arguments_losing_no_config(own_pool):
+    # Compiled before it, and not taken, is compiled again; running then, started again.
     pool = own_pool
     wait_ready(pool)
+    pool.submit(1, {**CONFIG, "BLOCK_N": 16})
+    with pool._news:  # compiled with the stand-ins, not taken yet
+        assert pool._news.wait_for(lambda: 1 in pool._done, 300)
+        stale = pool._done[1]
     before = {p.child.process.pid for p in pool._procs}
-    pool.submit(0, CONFIG)
-    with pool._lock:
-        pool._pump()  # config 0 handed to a process, whose compile the restart cuts short
-        assert any(p.task is not None for p in pool._procs)
+    pool.submit(0, CONFIG)  # handed out at once: the restart may cut its compile short
     pool.missed()
     pool.missed()  # said once: there is nothing further to fall back to
     assert pool._spec["stand_ins"] is False  # what each process now starts with
     assert before.isdisjoint(p.child.process.pid for p in pool._procs)
     assert result(pool, 0).ok
+    again = result(pool, 1)
+    assert again.ok and again is not stale  # its binary was no launch's: compiled again
     assert pool.notices() == ["compile processes compile with real arguments from now on: "
                               "a launch loaded another binary than theirs"]
 
