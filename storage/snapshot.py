@@ -16,10 +16,12 @@ from typing import Any, Literal
 
 from storage.atomic import write_bytes_atomically
 from storage.best_file import (
+    ProblemChoice,
     baseline_intact,
     best_fields,
     device_name,
     finalists_intact,
+    problem_choices,
     problem_intact,
 )
 from storage.readback import ReadBackError, finite, read_json
@@ -59,6 +61,10 @@ class Snapshot:
     # A sweep over problems: best.json's `by_problem` (each problem's best, bests by
     # device, finalists and baseline), kept to rebuild it.
     by_problem: list[dict[str, Any]] = field(default_factory=list)
+
+    def problems(self) -> list[ProblemChoice]:
+        """by_problem read as best.json's is (each problem checked when the file was)."""
+        return problem_choices(self.by_problem)
 
 
 def checksum(body: dict[str, Any]) -> str:

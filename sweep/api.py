@@ -29,6 +29,7 @@ from sweep.spec.constraints import clip_repr
 if TYPE_CHECKING:
     from storage.best_file import Choice
     from storage.records import Best
+    from storage.snapshot import Snapshot
     from sweep.run.request import Request
     from sweep.run.session import Session
 
@@ -342,16 +343,17 @@ def _from_run_dir(path: Path, state: str | None, code: int | None,
         by_device={d: _best_in(b) for d, b in snap.by_device.items()},
         finalists=list(snap.finalists), counts=dict(snap.counts), total=snap.total,
         done=snap.done, elapsed_s=elapsed_s,
-        by_problem=_problems(path, snap.fingerprint, snap.state, snap.by_problem))
+        by_problem=_problems(path, snap))
 
 
-def _problems(path: Path, fingerprint: str, state: str, snapped: list[Any]) -> list[ProblemBest]:
+def _problems(path: Path, snap: Snapshot) -> list[ProblemBest]:
     """Each problem's best, from best.json; while a run goes on, from the snapshot (as
     `best` is): best.json is then an earlier session's, or none."""
-    from storage.best_file import problem_choices, read_best
+    from storage.best_file import read_best
 
-    found = read_best(path / "best.json", fingerprint) if state != "running" else None
-    problems = found.by_problem if found is not None else problem_choices(snapped)
+    found = read_best(path / "best.json", snap.fingerprint) if snap.state != "running" \
+        else None
+    problems = found.by_problem if found is not None else snap.problems()
     return [ProblemBest(dict(p.problem), _best_in(p.choice.best) if p.choice.best else None,
                         {d: _best_in(b) for d, b in p.choice.by_device.items()},
                         list(p.choice.finalists))

@@ -282,7 +282,7 @@ class _Pick:
 
 
 def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
-    from storage.best_file import problem_choices, read_best
+    from storage.best_file import read_best
     from storage.snapshot import Snapshot, SnapshotError, read_snapshot
 
     try:
@@ -305,7 +305,7 @@ def _pick(run: Any, fingerprint: str, state: str) -> _Pick:
                      _one_pass(head.finalists, *(p.choice.finalists for p in found.by_problem)))
     if snap is None:
         return _Pick(None, {}, set(), {}, True, sessions, total, timeline)
-    problems = problem_choices(snap.by_problem)
+    problems = snap.problems()
     return _Pick(snap.best.index if snap.best else None,
                  _retimed(snap.finalists),
                  {b.index for b in snap.by_device.values()},
