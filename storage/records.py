@@ -134,12 +134,13 @@ class TrialRecord:
         started_at: float,
         finished_at: float,
     ) -> TrialRecord:
-        # vars(), not asdict(): asdict deep-copies, and this runs once per trial.
-        measured = dict(vars(outcome))
-        del measured["missed"]  # the pool's to know, not the table's
-        return cls(index=index, config=config, device=where.device, node=where.node,
-                   worker=where.worker, attempt=attempt, started_at=started_at,
-                   finished_at=finished_at, **measured)
+        # Field by field: `missed` is the pool's to know, not the table's.
+        o = outcome
+        return cls(index=index, config=config, status=o.status, validation=o.validation,
+                   latency_ms=o.latency_ms, latency_p20_ms=o.latency_p20_ms,
+                   latency_p80_ms=o.latency_p80_ms, error=o.error, compile_ms=o.compile_ms,
+                   device=where.device, node=where.node, worker=where.worker,
+                   attempt=attempt, started_at=started_at, finished_at=finished_at)
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, unlike asdict's deep copy: this runs once per trial. The instance's

@@ -331,9 +331,13 @@ def _baseline(baseline: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _retimed(finalists: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """The finalists' re-timing by index, with the rounds it ran where best.json says:
     those re-timed (none on the interpreter)."""
-    return {int(f["index"]): {**_timing(f), **({"rounds": f["rounds"]} if isinstance(
-        f.get("rounds"), int) and not isinstance(f["rounds"], bool) else {})}
-        for f in finalists if f.get("retimed") is not False}
+    out: dict[int, dict[str, float]] = {}
+    for f in finalists:
+        if f.get("retimed") is not False:
+            out[int(f["index"])] = _timing(f)
+            if type(f.get("rounds")) is int:  # files before racing have none
+                out[int(f["index"])]["rounds"] = f["rounds"]
+    return out
 
 
 def _one_pass(*finalists: list[dict[str, Any]]) -> bool:
