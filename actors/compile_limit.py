@@ -12,7 +12,8 @@ neighbours of configs that never finished compiling ran 8-18x slower than the be
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from actors.protocol import CompileLimit
 
@@ -75,6 +76,54 @@ class Learner:
         now = learnt(self.fixed_s, self._ms)
         changed, self.current = now != self.current, now
         return changed
+
+
+def heavier(config: Mapping[str, Any], than: Mapping[str, Any],
+            problem_keys: Sequence[str] = ()) -> bool:
+    """Whether config is at least as heavy to compile as `than` in every parameter: each
+    integer one as large or larger, num_warps as few or fewer, every other value the same
+    (an integer problem key aside: a size is no compile's cost). compile_weight's model
+    (actors/protocol.py) as a partial order, which holds where the weight's order is
+    only likely: more of the same code per thread compiles no faster."""
+    if config.keys() != than.keys():
+        return False
+    for key, value in than.items():
+        mine = config[key]
+        integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (mine, value))
+        if integers and key in problem_keys:
+            continue
+        if integers and (mine > value if key == "num_warps" else mine < value):
+            return False
+        if not integers and mine != value:
+            return False
+    return True
+
+
+class Stopped:
+    """Configs a learnt limit stopped, and the rule they give: a config at least as heavy
+    in every parameter as one of them is not compiled. It would compile longer still, so
+    the limit would stop it too: on an H200, 56 of Liger's RMSNorm's 324 configs ran to
+    the 5 s limit, 280 of the sweep's 461 compile-seconds, and each was at least as heavy
+    as the lightest stopped of its parameters (benchmarks/results/heavy_compiles_key_runs/
+    liger_rms.tar.gz). A fixed limit (the user's, or a retry's) stops no config uncompiled."""
+
+    def __init__(self, problem_keys: Sequence[str] = ()) -> None:
+        self.problem_keys = tuple(problem_keys)
+        self._stopped: list[tuple[int, Mapping[str, Any], CompileLimit]] = []
+
+    def add(self, key: int, config: Mapping[str, Any], limit: CompileLimit) -> bool:
+        """A config `limit` stopped; whether it is one the rule goes by (a learnt limit's)."""
+        if limit.median_s is None:
+            return False
+        self._stopped.append((key, config, limit))
+        return True
+
+    def why(self, config: Mapping[str, Any]) -> str | None:
+        """The row's error of config, if a stopped config rules it out; else None."""
+        for key, stopped, limit in self._stopped:
+            if heavier(config, stopped, self.problem_keys):
+                return limit.why_heavier(key)
+        return None
 
 
 def tighter(a: CompileLimit, b: CompileLimit) -> CompileLimit:

@@ -46,7 +46,7 @@ from multiprocessing.connection import wait
 from typing import IO, Any
 
 from actors import child, trace
-from actors.compile_limit import CACHE_HIT_MS, Learner, tighter
+from actors.compile_limit import CACHE_HIT_MS, Learner, Stopped, tighter
 from actors.compiles import Compiled
 from actors.protocol import CompileLimit, WorkerSettings
 from storage.records import canonical_json
@@ -120,6 +120,7 @@ class CompilePool:
         self.limit = limit  # the one in force: the tighter of the given and the learnt
         self._given = limit
         self._learner = Learner(limit.seconds, adaptive)
+        self._stopped = Stopped(job.problem_keys)  # what a learnt limit stopped
         self._stderr = stderr
         self._unforked = unforked
         self._failed_starts = 0
@@ -220,13 +221,15 @@ class CompilePool:
         with self._lock:
             self._hints.pop(key, None)
             self._note_binary(key, config)
-            if key not in self._done and not self._in_flight(key):
+            if key not in self._done and not self._in_flight(key) \
+                    and not self._rule_out(key, config):
                 self._queue.append((key, config))
             self._pump()
 
     def hint(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
-            if self._down is None and key not in self._done and not self._in_flight(key):
+            if self._down is None and key not in self._done and not self._in_flight(key) \
+                    and self._stopped.why(config) is None:
                 self._note_binary(key, config)
                 self._hints[key] = config
             self._pump()
@@ -344,8 +347,25 @@ class CompilePool:
                 # (Not a fork: its clock would count the fork server's own imports.)
                 self._failed_start(i, f"it was not up within {START_LIMIT_S:g} s")
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
-                self._replace(i, self.limit.why(), True)
+                (key, config), limit = p.task, self.limit
+                self._replace(i, limit.why(), True)
+                if self._stopped.add(key, config, limit):
+                    self._rule_out_queued()
         return read
+
+    def _rule_out(self, key: int, config: Mapping[str, Any]) -> bool:
+        """Whether config is at least as heavy as one a learnt limit stopped: then it ends
+        as that limit's timeout, uncompiled (actors/compile_limit.py's Stopped)."""
+        why = self._stopped.why(config)
+        if why is not None:
+            self._done[key] = Compiled(False, None, why, timed_out=True)
+            trace.note("compile_ruled_out", key=key)
+        return why is not None
+
+    def _rule_out_queued(self) -> None:
+        self._queue = deque(t for t in self._queue if not self._rule_out(*t))
+        for key in [k for k, c in self._hints.items() if self._stopped.why(c) is not None]:
+            del self._hints[key]
 
     def _failed_start(self, i: int, why: str) -> None:
         """A process that could not start. A fork's failure is the fork server's state (a

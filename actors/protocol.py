@@ -55,6 +55,12 @@ class CompileLimit:
                 f"{self.median_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
                 f"--retry timeout gives it the full {self.fixed_s or self.seconds:g} s")
 
+    def why_heavier(self, index: int) -> str:
+        """The row's error of a config not compiled: at least as heavy in every parameter
+        as trial `index`, which this (learnt) limit stopped (actors/compile_limit.py)."""
+        return (f"not compiled: at least as heavy in every parameter as trial {index}, "
+                f"whose {self.why()}")
+
 
 FORKS = "forks"  # WorkerSettings.prestarted's key of a fork server begun before the workers
 

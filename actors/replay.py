@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.compile_limit import Stopped
 from actors.compiles import Compiled
 from actors.protocol import CompileLimit, Retimed, Timing
 from storage.records import TrialOutcome, canonical_json
@@ -143,7 +145,8 @@ class ReplayCompiler:
     one node do: a config compiled by one is a cache hit for the others."""
 
     def __init__(self, table: dict[str, Recorded], slots: int, limit: CompileLimit,
-                 cache_dir: str | None = None, scale: float = 1.0) -> None:
+                 cache_dir: str | None = None, scale: float = 1.0,
+                 problem_keys: Sequence[str] = ()) -> None:
         self.table = table
         self.limit = limit
         self.cache_dir = Path(cache_dir) if cache_dir else None
@@ -158,13 +161,14 @@ class ReplayCompiler:
         self._running: list[tuple[float, int, str, float]] = []
         self._queued: set[int] = set()
         self._done: dict[int, Compiled] = {}
+        self._stopped = Stopped(problem_keys)  # as a real pool rules configs out
         self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, options: Mapping[str, Any], slots: int,
-             limit: CompileLimit) -> ReplayCompiler:
+    def load(cls, options: Mapping[str, Any], slots: int, limit: CompileLimit,
+             problem_keys: Sequence[str] = ()) -> ReplayCompiler:
         return cls(_read(options), slots, limit, options.get("cache_dir"),
-                   float(options.get("time_scale", 1.0)))
+                   float(options.get("time_scale", 1.0)), problem_keys)
 
     def set_limit(self, limit: CompileLimit) -> None:
         self.limit = limit
@@ -180,14 +184,19 @@ class ReplayCompiler:
             self._hints.pop(key, None)
             now = time.monotonic()
             if key not in self._done and key not in self._queued:
-                self._queued.add(key)
-                self._queue.append((key, canonical_json(dict(config)), now))
+                why = self._stopped.why(config)
+                if why is not None:
+                    self._done[key] = Compiled(False, None, why, timed_out=True)
+                else:
+                    self._queued.add(key)
+                    self._queue.append((key, canonical_json(dict(config)), now))
             self._advance(now)
 
     def hint(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             now = time.monotonic()
-            if key not in self._done and key not in self._queued:
+            if key not in self._done and key not in self._queued \
+                    and self._stopped.why(config) is None:
                 self._hints[key] = canonical_json(dict(config)), now
             self._advance(now)
 
@@ -247,6 +256,9 @@ class ReplayCompiler:
                 self._running = [r for r in self._running if r[1] != key]
                 self._queued.discard(key)
                 self._done[key] = self._outcome(config, start, end, took)
+                if self._done[key].timed_out and \
+                        self._stopped.add(key, json.loads(config), self.limit):
+                    self._rule_out_queued()
                 heapq.heappush(free_at, end)
                 progressed = True
             while free_at and (self._queue or self._hints):
@@ -261,6 +273,17 @@ class ReplayCompiler:
                 self._running.append((start, key, config, self._compile_s(config)))
                 progressed = True
         self._free = len(free_at)
+
+    def _rule_out_queued(self) -> None:
+        for key, config, asked in list(self._queue):
+            why = self._stopped.why(json.loads(config))
+            if why is not None:
+                self._queue.remove((key, config, asked))
+                self._queued.discard(key)
+                self._done[key] = Compiled(False, None, why, timed_out=True)
+        for key in [k for k, (c, _) in self._hints.items()
+                    if self._stopped.why(json.loads(c)) is not None]:
+            del self._hints[key]
 
     def _outcome(self, config: str, start: float, end: float, took: float) -> Compiled:
         ms = (end - start) * 1e3

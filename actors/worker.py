@@ -107,7 +107,8 @@ def make_compiler(settings: WorkerSettings) -> Compiler | None:
     if settings.backend == "replay":
         from actors.replay import ReplayCompiler
 
-        return ReplayCompiler.load(settings.replay, settings.compile_workers, limit)
+        return ReplayCompiler.load(settings.replay, settings.compile_workers, limit,
+                                   settings.problem_keys)
     if settings.backend == "cuda" and settings.compile_workers > 0:
         from actors.compile_pool import CompileJob, CompilePool
 

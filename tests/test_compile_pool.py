@@ -283,6 +283,35 @@ def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_r
     assert got.compile_ms is not None and got.compile_ms < 120_000
 
 
+def test_a_config_at_least_as_heavy_as_one_a_learnt_limit_stopped_is_not_compiled(
+        monkeypatch, tmp_path):
+    # The gated compile is stopped by the learnt limit: the same config again (as heavy in
+    # every parameter) ends at once, uncompiled, as a hint it is not compiled either; a
+    # config of other parameters still compiles.
+    from actors import compile_limit
+
+    tests_on_path(monkeypatch)
+    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)
+    pool = adaptive_gated_pool(120.0, adaptive=True)
+    try:
+        stopped = run_peers_beside_a_gated_compile(pool, tmp_path)
+        assert stopped.timed_out, stopped
+        pool.hint(20, {"GATE": str(tmp_path), "ROLE": "wait"})
+        assert not pool._hints
+        pool.submit(21, {"GATE": str(tmp_path), "ROLE": "wait"})
+        ruled_out = pool.take([21])
+        pool.submit(22, {"GATE": str(tmp_path), "ROLE": "peer", "n": 0})
+        peer = result(pool, 22)
+    finally:
+        pool.close()
+    assert ruled_out is not None, "a config the rule stops waits for nothing"
+    got = ruled_out[1]
+    assert got.timed_out and not got.ok and got.compile_ms is None, got
+    assert got.error == ("not compiled: at least as heavy in every parameter as trial 0, "
+                         f"whose {stopped.error}")
+    assert peer.ok, peer
+
+
 def test_a_pool_without_the_adaptive_limit_keeps_the_fixed_one_as_a_retry_does(
         monkeypatch, tmp_path):
     # sweep resume --retry timeout sends compile_limit_auto False: the same peers teach

@@ -5,6 +5,7 @@ What a GPU run does with a slow compile is decided here on the CPU."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -13,10 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, sweep_cli, write_spec
 
+from actors.compile_limit import Stopped, heavier
 from actors.protocol import CompileLimit
 from actors.replay import Recorded, ReplayCompiler
 from storage.records import TrialOutcome, TrialRecord, Where, canonical_json
-from sweep.search.scheduling import FACTOR, FLOOR_S, MIN_COMPILES, AdaptiveLimit, compile_order
+from sweep.search.scheduling import (
+    FACTOR,
+    FLOOR_S,
+    HEAVY_SHARE,
+    MIN_COMPILES,
+    AdaptiveLimit,
+    compile_order,
+)
 from sweep.spec.space import expand
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -140,18 +149,20 @@ def test_the_adaptive_limit_follows_the_runs_own_median_within_floor_and_ceiling
     assert resumed.current == CompileLimit(FACTOR * 2.0, 2.0, 60.0)
 
 
-def test_the_likely_slowest_compiles_start_first_with_the_fastest_between_them():
+def test_the_heavy_tail_climbs_from_below_with_the_light_configs_between():
     space = expand({"BLOCK_M": [16, 64], "BLOCK_N": [32, 128], "num_stages": [2, 4],
                     "num_warps": [1, 8]}, [])
     order = compile_order(space, range(len(space)))
     configs = [space.config(i) for i in order]
-    # the largest tile, most stages, on the fewest warps: the most code a thread
-    assert configs[0] == {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 4, "num_warps": 1}
-    assert configs[1] == {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 2, "num_warps": 8}
     weights = [c["BLOCK_M"] * c["BLOCK_N"] * c["num_stages"] / c["num_warps"]
                for c in configs]
-    assert weights[0::2] == sorted(weights[0::2], reverse=True)
+    heavy = sorted(weights)[-math.ceil(len(weights) * HEAVY_SHARE):]
+    # the heavy lane first, lightest of its configs first, the light lane's between
+    assert weights[0] == heavy[0] and weights[1] == min(weights)
+    assert weights[0:2 * len(heavy):2] == heavy
     assert weights[1::2] == sorted(weights[1::2])
+    assert sorted(weights[2 * len(heavy):]) == weights[2 * len(heavy):]
+    assert max(weights[1::2]) <= heavy[0]
     assert sorted(order) == list(range(len(space)))
 
 
@@ -253,3 +264,62 @@ def test_a_damaged_or_foreign_recorded_table_is_one_line_naming_it(tmp_path):
     with pytest.raises(ReplayTableError, match=f"^cannot read {gone} as Parquet "
                                                "\\(No such file or directory\\)$"):
         ReplayBackend.load({"table": str(gone)})
+
+
+def test_a_config_at_least_as_heavy_in_every_parameter_is_heavier():
+    stopped = {"BLOCK": 64, "STAGES": 3, "num_warps": 4, "dtype": "float16", "EVEN": True}
+    assert heavier(stopped, stopped)
+    assert heavier({**stopped, "BLOCK": 128, "num_warps": 2}, stopped)
+    assert not heavier({**stopped, "BLOCK": 128, "num_warps": 8}, stopped)
+    assert not heavier({**stopped, "STAGES": 2}, stopped)
+    assert not heavier({**stopped, "dtype": "float32"}, stopped)
+    assert not heavier({**stopped, "EVEN": False}, stopped)
+    assert not heavier({k: v for k, v in stopped.items() if k != "EVEN"}, stopped)
+    # an integer problem key is a size, no compile's cost; a dtype is not
+    sized = {**stopped, "M": 4096}
+    assert heavier({**sized, "M": 128}, sized, problem_keys=("M", "dtype"))
+    assert not heavier({**sized, "M": 128}, sized)
+
+
+def test_only_a_learnt_limit_rules_heavier_configs_out():
+    stopped = Stopped()
+    assert not stopped.add(3, {"BLOCK": 64}, CompileLimit(30.0))  # the user's own limit
+    assert stopped.why({"BLOCK": 128}) is None
+    learnt = CompileLimit(5.0, median_s=0.3, fixed_s=60.0)
+    assert stopped.add(7, {"BLOCK": 64}, learnt)
+    assert stopped.why({"BLOCK": 32}) is None
+    assert stopped.why({"BLOCK": 128}) == (
+        "not compiled: at least as heavy in every parameter as trial 7, whose compile took "
+        "longer than 5 s, 17x this run's median compile of 0.3 s (run.compile_timeout_s: "
+        "auto); sweep resume DIR --retry timeout gives it the full 60 s")
+
+
+def test_the_replay_compiler_rules_out_what_is_heavier_than_a_config_its_limit_stopped():
+    never = Recorded("timeout", "skipped", None, None, None, "compile took longer than 60 s",
+                     float("inf"), 0.0)
+    quick = Recorded("ok", "passed", 1.0, 1.0, 1.0, None, 0.01, 0.0)
+    table = {canonical_json({"B": b, "c": "x"}): never if b >= 4 else quick
+             for b in (1, 4, 8, 16)}
+    pool = ReplayCompiler(table, 1, CompileLimit(60))
+    pool.set_limit(CompileLimit(0.2, median_s=0.02, fixed_s=60.0))
+    pool.submit(0, {"B": 4, "c": "x"})  # one slot: the others queue behind it
+    pool.submit(1, {"B": 8, "c": "x"})
+    pool.submit(2, {"B": 1, "c": "x"})
+    pool.hint(3, {"B": 16, "c": "x"})
+    got: dict[int, object] = {}
+    while len(got) < 3:
+        taken = pool.take([0, 1, 2])
+        if taken is None:
+            pool.wait(1.0)
+        else:
+            got[taken[0]] = taken[1]
+    assert got[0].timed_out and got[0].compile_ms == pytest.approx(200, abs=100)
+    assert got[1].timed_out and not got[1].ok and got[1].compile_ms is None
+    assert got[1].error.startswith("not compiled: at least as heavy in every parameter as "
+                                   "trial 0, whose compile took longer than 0.2 s"), got[1]
+    assert got[2].ok
+    # the hint was dropped, uncompiled; submitted, it is ruled out at once
+    assert not pool._hints
+    pool.submit(3, {"B": 16, "c": "x"})
+    ruled = pool.take([3])
+    assert ruled is not None and ruled[1].compile_ms is None and ruled[1].timed_out
