@@ -40,6 +40,24 @@ def test_the_re_timing_times_a_slow_finalist_in_its_first_round_only(monkeypatch
     assert retimed.baseline is not None and retimed.baseline.median_ms == 5.0
 
 
+def test_a_race_left_with_one_finalist_ends_there(monkeypatch):
+    backend = TritonBackend(load_kernel("matmul"), PROBLEM, interpret=True,
+                            timing=Budgets((1, 1), (1, 1)), tolerance=None, seed=0)
+    configs = [{**CONFIG, "GROUP_M": g} for g in (1, 2)]
+    medians = iter([1.0, 1.1, 5.0])  # finalist 1 is 10% behind; the baseline last
+
+    def scripted(launch, warmup_ms, rep_ms, first_ms=None):
+        median = next(medians)
+        return Timing(median, median, median)
+
+    monkeypatch.setattr(backend, "_time", scripted)
+    retimed = backend.retime(configs, rounds=3)
+    assert next(medians, None) is None  # nothing timed after the first round
+    assert retimed.rounds == [1, 1]
+    assert pick([Best(k, c, 1.0, "d") for k, c in enumerate(configs)], retimed.finalists,
+                retimed.rounds).index == 0
+
+
 def test_the_pick_is_among_the_finalists_timed_in_every_round():
     leaders = [Best(k, {"A": k}, 1.0, "H200") for k in range(3)]
     timings = [Timing(1.2, 1.1, 1.3), Timing(1.0, 1.0, 1.0), Timing(1.1, 1.0, 1.2)]
