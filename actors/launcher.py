@@ -62,7 +62,8 @@ def _backend(payload: str) -> Any:
 
     kernel = load_kernel(options.pop("kernel"), options.pop("kernel_path"))
     options["timing"] = Budgets(tuple(options.pop("trial_timing")),
-                                tuple(options.pop("finalist_timing")))
+                                tuple(options.pop("finalist_timing")),
+                                options.pop("screen", False))
     # A spec's problem as written, before its kernel's defaults were merged, is enough.
     options["problem"] = {**kernel.problem_defaults, **options["problem"]}
     return TritonBackend(kernel, **options)

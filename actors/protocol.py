@@ -165,6 +165,7 @@ class WorkerSettings:
     tolerance: tuple[float, float] | None
     seed: int
     simulate: Mapping[str, Any]
+    screen: bool = False  # each config's timing is a screen (actors/timing.py)
     compile_workers: int = 0  # processes compiling ahead of the GPU (cuda, replay)
     compile_timeout_s: float = 60.0  # the fixed limit until the driver sends another
     # run.compile_timeout_s: auto: each compile pool also learns a limit from its own

@@ -22,6 +22,15 @@ GRAPH_BELOW_MS = 0.02
 # are in ms, so they are cut to this many of one repetition's time (see capped).
 MAX_SAMPLES = 100
 FLUSH_BYTES = 256 * 1024 * 1024  # what do_bench clears L2 with
+# A screen (each config's quick first timing, where the finalists are re-timed carefully)
+# ends once its median's standard error is under SCREEN_PRECISION of it, looked at after
+# SCREEN_FIRST flushed repetitions and each time their count doubles. The screen only
+# chooses the finalists: on an H200 a 1.6 ms matmul's repetitions spread 0.6% (p20 to
+# p80), five of them knew the median to 0.2%, and its screen of fourteen launches was
+# 32 ms of the 37 each config took; the 8 sizes of configs/matmul-shapes.yaml spread
+# 1-5% (benchmarks/results/heavy_compiles_head_runs).
+SCREEN_PRECISION = 0.01
+SCREEN_FIRST = 5
 
 
 def capped(warmup_ms: float, rep_ms: float, repetition_ms: float | None) -> tuple[float, float]:
@@ -61,12 +70,14 @@ def repetition_ms(fn: Callable[[], object]) -> float:
     return float(start.elapsed_time(end))
 
 
-def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timing:
+def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float,
+              screen: bool = False) -> Timing:
     """Timed as triton.testing.do_bench times (warm-up launches, then each repetition
     behind an L2 flush between its own CUDA events), but sized by one repetition rather
     than by do_bench's first launch and five more: five launches fewer a config, where a
     screen of a 2 ms matmul is about eighteen and the GPU is a sweep's bottleneck. At
-    most MAX_SAMPLES flushed repetitions (see capped). The median and p20/p80."""
+    most MAX_SAMPLES flushed repetitions (see capped); a screen's end once its median is
+    known (see SCREEN_PRECISION). The median and p20/p80."""
     import torch
 
     one = repetition_ms(fn)  # fn has run: the caller's validating launch, or this one
@@ -75,16 +86,21 @@ def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timi
     for _ in range(max(1, int(warmup_ms / one))):
         fn()
     n = min(max(1, int(rep_ms / one)), MAX_SAMPLES)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     flush = _flushed()
-    for start, end in zip(starts, ends):
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    timing = summarise([float(s.elapsed_time(e)) for s, e in zip(starts, ends)])
+    samples: list[float] = []
+    batch = min(SCREEN_FIRST, n) if screen else n
+    while batch:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        for start, end in zip(starts, ends):
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        samples += [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
+        batch = 0 if screen and known(samples) else min(len(samples), n - len(samples))
+    timing = summarise(samples)
     if timing.median_ms < GRAPH_BELOW_MS:
         import triton.testing
 
@@ -92,6 +108,16 @@ def time_cuda(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> Timi
                                                              quantiles=[0.5, 0.2, 0.8])
         return Timing(float(median), float(p20), float(p80))
     return timing
+
+
+def known(samples: list[float]) -> bool:
+    """Whether the samples' median is known to SCREEN_PRECISION: its standard error (by the
+    normal approximation, 1.2533 sigma over the root of the count) under that share of it."""
+    if len(samples) < 2:
+        return False
+    median = statistics.median(samples)
+    error = 1.2533 * statistics.stdev(samples) / len(samples) ** 0.5
+    return median > 0 and error <= SCREEN_PRECISION * median
 
 
 def summarise(samples: list[float]) -> Timing:

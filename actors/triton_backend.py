@@ -156,6 +156,7 @@ class Budgets(NamedTuple):
 
     trial: tuple[float, float]
     finalist: tuple[float, float]
+    screen: bool = False  # each config's timing is a screen (actors/timing.py)
 
 
 class TritonBackend:
@@ -175,7 +176,9 @@ class TritonBackend:
         # Under the config's keys: a parameter the spec tunes overrides a kernel default.
         self.fixed = {**kernel.fixed, **(fixed or {})}
         self.interpret = interpret
-        self.trial_timing, self.finalist_timing = tuple(timing.trial), tuple(timing.finalist)
+        (w, r), (fw, fr) = timing.trial, timing.finalist  # lists, when sent as JSON
+        self.trial_timing, self.finalist_timing = (w, r), (fw, fr)
+        self.screen = timing.screen
         self.tolerance = tuple(tolerance) if tolerance is not None else None
         self.device = "cpu" if interpret else "cuda"
         self.device_name = ("cpu-interpreter" if interpret
@@ -277,7 +280,8 @@ class TritonBackend:
                 return replace(wrong, compile_ms=compile_ms, missed=missed)
             validation = "passed"
         try:
-            t = self._time(launch, self.trial_timing[0], self.trial_timing[1], first)
+            t = self._time(launch, self.trial_timing[0], self.trial_timing[1], first,
+                           self.screen)
         except Exception as e:
             return self._launch_failure(e, compile_ms, validation)
         return TrialOutcome("ok", validation, latency_ms=t.median_ms, latency_p20_ms=t.p20_ms,
@@ -317,14 +321,14 @@ class TritonBackend:
         return (time.perf_counter() - start) * 1e3, loaded
 
     def _time(self, launch: Callable[[], None], warmup_ms: float, rep_ms: float,
-              first_ms: float | None = None) -> Timing:
+              first_ms: float | None = None, screen: bool = False) -> Timing:
         """first_ms: how long the config's first (validating) launch took; under the
         interpreter (each launch tens of ms or more, a timing that says nothing of a GPU's)
         it is time_wall's estimate and, with no warm-up due, its first sample: a launch
-        fewer of four per config."""
+        fewer of four per config. screen: it ends once its median is known (on a GPU)."""
         if self.interpret:
             return time_wall(launch, warmup_ms, rep_ms, first_ms=first_ms)
-        return time_cuda(launch, warmup_ms, rep_ms)
+        return time_cuda(launch, warmup_ms, rep_ms, screen)
 
     def retime(self, configs: Sequence[Mapping[str, Any]], rounds: int) -> Retimed:
         """Time the finalists interleaved (A B C A B C ...) on the same inputs, so clock

@@ -98,8 +98,8 @@ def launcher_payload(settings: WorkerSettings) -> str:
         "kernel": settings.kernel, "kernel_path": settings.kernel_path,
         "problem": dict(settings.problem), "interpret": traits(settings.backend).interpreted,
         "trial_timing": settings.trial_timing, "finalist_timing": settings.finalist_timing,
-        "tolerance": settings.tolerance, "seed": settings.seed, "fixed": dict(settings.fixed),
-        "problem_keys": list(settings.problem_keys)})
+        "screen": settings.screen, "tolerance": settings.tolerance, "seed": settings.seed,
+        "fixed": dict(settings.fixed), "problem_keys": list(settings.problem_keys)})
 
 
 def make_compiler(settings: WorkerSettings) -> Compiler | None:

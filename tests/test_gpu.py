@@ -141,3 +141,21 @@ def test_the_pools_binary_is_the_one_the_launch_loads(tmp_path):
     # Any new entry would be a binary of the launch's own (a launcher stub is not one).
     assert not [d for d in got["new"]
                 if any(f.endswith(".cubin") for f in os.listdir(tmp_path / "cache" / d))], got
+
+
+def test_a_screen_of_a_steady_kernel_ends_early_near_the_careful_median():
+    from actors.timing import time_cuda
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    launches: list[int] = []
+
+    def matmul() -> None:
+        launches.append(1)
+        a @ a
+
+    careful = time_cuda(matmul, 5.0, 100.0)
+    careful_launches = len(launches)
+    launches.clear()
+    screen = time_cuda(matmul, 5.0, 100.0, screen=True)
+    assert len(launches) < careful_launches / 2, (len(launches), careful_launches)
+    assert abs(screen.median_ms / careful.median_ms - 1) < 0.15, (screen, careful)

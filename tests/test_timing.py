@@ -29,8 +29,11 @@ class FakeGpu:
     """A GPU clock for time_cuda without a GPU: a launch takes kernel_ms, a flush flush_ms,
     and an event records the clock when it is recorded."""
 
-    def __init__(self, kernel_ms: float, flush_ms: float) -> None:
+    def __init__(self, kernel_ms: float, flush_ms: float, jitter: tuple[float, ...] = (0.0,),
+                 ) -> None:
+        """jitter: added to kernel_ms launch after launch, in turn."""
         self.kernel_ms, self.flush_ms, self.now, self.launches = kernel_ms, flush_ms, 0.0, 0
+        self.jitter = jitter
         gpu = self
 
         class Event:
@@ -55,14 +58,14 @@ class FakeGpu:
             empty=lambda *args, **kwargs: Buffer(), int32="int32")
 
     def launch(self) -> None:
-        self.now += self.kernel_ms
+        self.now += self.kernel_ms + self.jitter[self.launches % len(self.jitter)]
         self.launches += 1
 
 
-def timed(monkeypatch, gpu: FakeGpu, warmup_ms: float, rep_ms: float):
+def timed(monkeypatch, gpu: FakeGpu, warmup_ms: float, rep_ms: float, screen: bool = False):
     monkeypatch.setitem(sys.modules, "torch", gpu.torch)
     monkeypatch.setattr(timing, "_flush", [])
-    return timing.time_cuda(gpu.launch, warmup_ms, rep_ms)
+    return timing.time_cuda(gpu.launch, warmup_ms, rep_ms, screen)
 
 
 def test_each_repetition_is_timed_after_its_flush_sized_by_one_flushed_repetition(monkeypatch):
@@ -77,3 +80,23 @@ def test_a_small_kernel_gets_max_samples_repetitions_however_long_the_budget(mon
     gpu = FakeGpu(kernel_ms=0.05, flush_ms=0.05)
     timed(monkeypatch, gpu, warmup_ms=25.0, rep_ms=100.0)  # 1000 repetitions uncut
     assert gpu.launches == 1 + 25 + MAX_SAMPLES  # warm-up cut in proportion: 2.5 ms
+
+
+def test_a_screen_ends_once_its_median_is_known_and_a_careful_timing_does_not(monkeypatch):
+    steady = FakeGpu(kernel_ms=2.0, flush_ms=0.5)
+    t = timed(monkeypatch, steady, warmup_ms=5.0, rep_ms=100.0, screen=True)
+    assert t.median_ms == 2.0
+    assert steady.launches == 1 + 2 + timing.SCREEN_FIRST  # not the budget's 40
+    careful = FakeGpu(kernel_ms=2.0, flush_ms=0.5)
+    timed(monkeypatch, careful, warmup_ms=5.0, rep_ms=100.0)
+    assert careful.launches == 1 + 2 + 40
+
+
+def test_a_noisy_screen_goes_on_doubling_its_repetitions_to_its_budget(monkeypatch):
+    # every other launch 20% slower: the median is never known to 1% in 40 repetitions
+    noisy = FakeGpu(kernel_ms=2.0, flush_ms=0.5, jitter=(0.0, 0.4))
+    timed(monkeypatch, noisy, warmup_ms=5.0, rep_ms=100.0, screen=True)
+    assert noisy.launches == 1 + 2 + 40
+    # 10% apart: not known from five; from forty, to 1%
+    assert not timing.known([2.0, 2.2] * 2 + [2.0])
+    assert timing.known([2.0, 2.2] * 20)

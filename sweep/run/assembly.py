@@ -205,6 +205,7 @@ def worker_settings(spec: Spec, backend: str) -> WorkerSettings:
         backend=backend, kernel=spec.kernel, problem=dict(spec.each_problem()[0]),
         trial_timing=spec.timing.per_config(spec.run.finalists),
         finalist_timing=(spec.timing.warmup_ms, spec.timing.rep_ms),
+        screen=spec.timing.screens(spec.run.finalists),
         tolerance=(spec.validation.rtol, spec.validation.atol) if spec.validation else None,
         seed=spec.run.seed,
         simulate={k: v for k, v in vars(spec.simulate).items()

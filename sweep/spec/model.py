@@ -60,10 +60,14 @@ class Timing:
     rep_ms: float = 100.0
     screen: Screen | None = Screen()
 
+    def screens(self, finalists: int) -> bool:
+        """Whether each config's timing is a screen: finalists are re-timed afterwards."""
+        return self.screen is not None and finalists > 0
+
     def per_config(self, finalists: int) -> tuple[float, float]:
         """(warmup_ms, rep_ms) of each config's timing: the screen's when finalists are
         re-timed afterwards, else the careful one."""
-        if self.screen is not None and finalists > 0:
+        if self.screen is not None and self.screens(finalists):
             return self.screen.warmup_ms, self.screen.rep_ms
         return self.warmup_ms, self.rep_ms
 
