@@ -11,6 +11,7 @@ as None, never as half a record: what it names is handed to users' code.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,15 @@ BEST_KEYS = ("config", "index", "latency_ms", "device", "partial", "fingerprint"
 NEWER_BEST_KEYS = ("by_device", "baseline", "by_problem")
 PROBLEM_KEYS = ("problem", "first_index", "configs", "config", "index", "latency_ms",
                 "device", "by_device", "finalists", "baseline")
+
+
+def raced_through(rounds: Sequence[float | None]) -> list[bool]:
+    """Which finalists were timed in every round their race ran (a finalist's `rounds`;
+    None, in a file from before the race, ran them all). One that sat out the later rounds
+    was timed in none of their conditions: its median is no match for the others', so it
+    is neither picked nor ranked among them."""
+    most = max((n for n in rounds if n is not None), default=0)
+    return [n is None or n >= most for n in rounds]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import statistics
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from storage.best_file import raced_through
 from storage.records import PRUNED
 
 
@@ -153,14 +154,13 @@ def rank_trials(ok: list[dict[str, Any]], chose: Chose, work: dict[str, float]) 
     pass's where not re-timed; those timed in fewer rounds after), then the rest by the
     one pass. The winner, the fastest settled best, comes first."""
     retimed = chose.finalists
-    # A finalist that sat out the later rounds (best.json's `rounds`) ranks after those
-    # timed in all of them: its median is of other conditions, and it was not picked.
-    full = max((f.get("rounds", 0) for f in retimed.values()), default=0)
+    # A finalist that sat out the later rounds ranks after those timed in all of them.
+    full = dict(zip(retimed, raced_through([f.get("rounds") for f in retimed.values()])))
 
     def key(r: dict[str, Any]) -> tuple[int, int, float, int]:
         f = retimed.get(r["index"])
         if f is not None:
-            return 0, int(f.get("rounds", full) < full), f["latency_ms"], r["index"]
+            return 0, int(not full[r["index"]]), f["latency_ms"], r["index"]
         return (0 if r["index"] in chose.settled else 1), 0, r["latency_ms"], r["index"]
 
     out = []

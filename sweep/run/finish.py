@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from actors.backends import traits
 from actors.protocol import Timing
+from storage.best_file import raced_through
 from storage.records import PRUNED, Best, TrialRecord, canonical_json
 from sweep.engines.runtime import RetimeAbandoned
 from sweep.results.summary import problem_labels
@@ -238,9 +239,9 @@ def retime_finalists(f: Finishing, tally: Tally, promoted: dict[str, list[Best]]
 
 
 def pick(leaders: list[Best], timings: list[Timing], rounds: list[int]) -> Best:
-    """The re-timed fastest of those timed in every round (one that sat out the later
-    rounds was timed in none of their conditions), with its re-timed latency."""
-    ran = [(b, t) for b, t, n in zip(leaders, timings, rounds) if n == max(rounds)]
+    """The re-timed fastest of those timed in every round (storage.best_file's
+    raced_through), with its re-timed latency."""
+    ran = [(b, t) for b, t, full in zip(leaders, timings, raced_through(rounds)) if full]
     leader, timing = min(ran, key=lambda p: (p[1].median_ms, p[0].index))
     return Best(leader.index, leader.config, timing.median_ms, leader.device)
 

@@ -55,7 +55,7 @@ class WorkerPool:
         # Each device type's torch and Triton versions, as its workers report them.
         self.versions: dict[str, dict[str, str]] = {}
         self.kind_of: dict[str, str] = {}  # device name -> the kind that gave it
-        self.stopping = False  # a run that is ending starts no workers
+        self._stopping = False  # a run that is ending starts no workers
         self._serial = 0
 
     def open(self, wanted: int) -> None:
@@ -68,7 +68,7 @@ class WorkerPool:
         """Start no more workers (a run that is ending); what the stop awaits, for up to
         run.drain_s: the trials announced running, or (workers running in order) the
         batches begun. What a worker begins after this is not awaited."""
-        self.stopping = True
+        self._stopping = True
         if self.limits.announced:
             awaited = {(s.name, s.running) for s in self.slots}
         else:
@@ -95,7 +95,7 @@ class WorkerPool:
 
     def replace(self, slot: Slot) -> None:
         self.runtime.kill(slot.name)
-        if self.stopping:
+        if self._stopping:
             self.slots.remove(slot)
         else:
             self.start(slot)
