@@ -438,3 +438,27 @@ def test_a_stop_awaits_what_ran_when_it_came_not_what_began_after_until_its_time
     assert drain.over([slot], announced=True, now=10.0)  # run.drain_s is up
     slot.running = 4  # begun after the stop came: not awaited
     assert drain.over([slot], announced=True, now=5.0)
+
+
+def test_an_overdue_slot_is_a_timed_out_trial_once_begun_and_a_stalled_worker_before():
+    from sweep.engines.runtime import Trial
+    from sweep.run.slots import HeldBatch, Slot, Stalled, TimedOut
+
+    limits = Limits(trial_timeout_s=10, max_retries=1, drain_s=1, snapshot_every_s=60)
+    batch = HeldBatch(0, [Trial(7, {"A": 1}, 2), Trial(8, {"A": 2}, 1)], started=True)
+    slot = Slot(name="w1", batches=[batch], up=True, since=100.0)
+    assert slot.verdict(limits, now=109.9) is None
+    verdict = slot.verdict(limits, now=110.0)
+    assert isinstance(verdict, TimedOut) and verdict.trial == Trial(7, {"A": 1}, 2)
+    assert verdict.why.startswith("trial 7 ran past run.trial_timeout_s (10 s) on worker w1")
+    assert verdict.error == ("no result within run.trial_timeout_s=10 s (the driver ended "
+                             "its worker)")
+    batch.started = False  # it finished a batch and never began this one
+    stalled = slot.verdict(limits, now=110.0)
+    assert isinstance(stalled, Stalled) and "between batches" in stalled.why
+    # one that announces its trials and has none running waits on its compiles: their
+    # limit is allowed on top of the trial's
+    waiting = replace(limits, announced=True, compile_wait_s=5)
+    assert slot.verdict(waiting, now=114.9) is None
+    assert "waiting on compiles (run.trial_timeout_s 10 s + the compile limit 5 s)" in \
+        slot.verdict(waiting, now=115.0).why

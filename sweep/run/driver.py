@@ -45,7 +45,7 @@ from sweep.engines.runtime import (
 from sweep.run.blame import Blame
 from sweep.run.contracts import DriverEnd, Observer, SpentAttempt, TrialLog, Work
 from sweep.run.group_commit import COMMIT_EVERY_S, GroupCommit
-from sweep.run.slots import HeldBatch, Slot
+from sweep.run.slots import HeldBatch, Slot, TimedOut
 from sweep.run.workers import Drain, WorkerPool
 
 _UNSENT: dict[str, Any] = {}  # never changed
@@ -299,42 +299,26 @@ class Driver:
         self._requeue(rest)
 
     def _check_timeouts(self) -> None:
+        """End the worker of each overdue slot (slots.py's verdict says why), once what it
+        sent has been taken: a trial that timed out is recorded, the rest go back."""
         for slot in list(self.pool.slots):
             if not slot.overdue(self.limits, self.runtime.monotonic()):
                 continue
             for event in self.runtime.settle(slot.name, 0.0):  # take what already arrived
                 self._handle(event)
-            if slot not in self.pool.slots or \
-                    not slot.overdue(self.limits, self.runtime.monotonic()):
+            verdict = slot.verdict(self.limits, self.runtime.monotonic()) \
+                if slot in self.pool.slots else None
+            if verdict is None:
                 continue
-            head = slot.head()
-            assert head is not None
+            self._event(verdict.why)
             rest = slot.unfinished()
-            current = slot.current(self.limits.announced)
-            if current is None or not current[0].started:
-                # Nothing began (it finished a batch and never began the next, or waited on
-                # compiles past their limit): the worker, not a trial, stopped (a frozen
-                # process, a lost message). Nobody is to blame.
-                waiting = self.limits.announced and slot.running is None
-                rule = f"run.trial_timeout_s {self.limits.trial_timeout_s:g} s" + (
-                    f" + the compile limit {self.limits.compile_wait_s:g} s" if waiting else "")
-                where = "waiting on compiles" if self.limits.announced else "between batches"
-                self._event(f"worker {slot.name} made no progress for "
-                            f"{slot.allowance(self.limits):g} s {where} ({rule}): "
-                            "the driver ends it and starts another")
-                self.pool.replace(slot)
-                self._requeue(rest)
-                continue
-            index, config, attempt = current[1]
-            self._event(f"trial {index} ran past run.trial_timeout_s "
-                        f"({self.limits.trial_timeout_s:g} s) on worker {slot.name}: "
-                        "the driver ends that worker and starts another")
-            self._record_failure(slot, index, config, attempt, TrialOutcome(
-                "timeout", "skipped",
-                error=f"no result within run.trial_timeout_s={self.limits.trial_timeout_s:g} s "
-                      "(the driver ended its worker)"))
+            if isinstance(verdict, TimedOut):
+                index, config, attempt = verdict.trial
+                self._record_failure(slot, index, config, attempt, TrialOutcome(
+                    "timeout", "skipped", error=verdict.error))
+                rest = [t for t in rest if t[0] != index]
             self.pool.replace(slot)
-            self._requeue([t for t in rest if t[0] != index])
+            self._requeue(rest)
 
     def _record_failure(self, slot: Slot, index: int, config: dict[str, Any], attempt: int,
                         outcome: TrialOutcome) -> None:

@@ -56,6 +56,24 @@ class HeldBatch:
         return done
 
 
+@dataclass(frozen=True)
+class Stalled:
+    """An overdue slot where nothing began (its worker finished a batch and never began the
+    next, or waited on compiles past their limit): the worker, not a trial, stopped (a
+    frozen process, a lost message). Nobody is to blame."""
+
+    why: str  # what the user is told
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """An overdue slot's trial ran past the trial timeout: recorded `timeout`."""
+
+    trial: Trial
+    why: str  # what the user is told
+    error: str  # the row's
+
+
 @dataclass
 class Slot:
     """A place for one worker; it outlives the workers that fill it."""
@@ -133,6 +151,28 @@ class Slot:
 
     def overdue(self, limits: Limits, now: float) -> bool:
         return self.up and self.head() is not None and now - self.since >= self.allowance(limits)
+
+    def verdict(self, limits: Limits, now: float) -> Stalled | TimedOut | None:
+        """What an overdue slot's worker is ended for (it is, either way); None if it is
+        not overdue."""
+        if not self.overdue(limits, now):
+            return None
+        current = self.current(limits.announced)
+        if current is None or not current[0].started:
+            waiting = limits.announced and self.running is None
+            rule = f"run.trial_timeout_s {limits.trial_timeout_s:g} s" + (
+                f" + the compile limit {limits.compile_wait_s:g} s" if waiting else "")
+            where = "waiting on compiles" if limits.announced else "between batches"
+            return Stalled(f"worker {self.name} made no progress for "
+                           f"{self.allowance(limits):g} s {where} ({rule}): the driver ends it "
+                           "and starts another")
+        trial = current[1]
+        return TimedOut(
+            trial, f"trial {trial[0]} ran past run.trial_timeout_s "
+            f"({limits.trial_timeout_s:g} s) on worker {self.name}: the driver ends that "
+            "worker and starts another",
+            f"no result within run.trial_timeout_s={limits.trial_timeout_s:g} s (the driver "
+            "ended its worker)")
 
     def record(self, index: int, config: dict[str, Any], attempt: int, outcome: TrialOutcome,
                wall: float, now: float) -> TrialRecord:
