@@ -346,13 +346,13 @@ def test_a_session_works_on_absolute_paths_whatever_was_typed(stopped_run, tmp_p
     try:
         assert session.path == tmp_path / "run" and session.path.is_absolute()
     finally:
-        session.lock.release(remove=True)
+        session.opened.lock.release(remove=True)
     spec = stopped_run.parent / "spec.yaml"
     session = Session.start(spec, Path("new"), None, "sweep run")
     try:
         assert session.path == tmp_path / "new"
     finally:
-        session.lock.release(remove=True)
+        session.opened.lock.release(remove=True)
 
 
 def test_a_directory_with_a_runs_files_but_no_run_json_is_neither_run_into_nor_resumed(

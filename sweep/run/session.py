@@ -24,7 +24,6 @@ from rich.console import Console
 
 from actors.backends import may_interpret, resolve
 from storage import cache
-from storage.lock import RunDirLock
 from storage.snapshot import write_snapshot
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
 from sweep.console import Output, say
@@ -50,7 +49,7 @@ from sweep.run.conclusion import Concluding, Driven, conclude
 from sweep.run.contracts import DriverFailed
 from sweep.run.driver import Driver
 from sweep.run.finish import Finishing, after_trials
-from sweep.run.opening import KernelImport
+from sweep.run.opening import Opened
 from sweep.run.progress import ProgressReporter
 from sweep.run.request import Request, SessionEnd
 from sweep.run.rundir import Finish, Loaded, RunDir, RunLog
@@ -64,27 +63,36 @@ from sweep.spec.space import Space
 
 @dataclass
 class Session:
-    spec: Spec
-    space: Space
-    path: Path
-    lock: RunDirLock
-    meta: dict[str, Any] | None  # the run's run.json when resuming
-    snapshot_says_complete: bool = False
-    earlier: list[list[float]] = field(default_factory=list)  # see Snapshot.sessions
-    created: list[Path] = field(default_factory=list)  # directories this session made
-    kernel: KernelImport | None = None  # a new run's spec with its kernel imported
-    timeline: dict[str, float] = field(default_factory=dict)  # see Snapshot.timeline
-    prestart: Prestart | None = None  # what a local GPU run began before Ray was up
+    """One command's session over a run directory: what opening it read, and what this
+    session decides as it runs (its timeline, early start, order, ending)."""
+
+    opened: Opened  # the run directory, locked, and what opening it read
+    spec: Spec  # opened's; a new run's with its kernel's facts, once the kernel is imported
     # `sweep resume --retry`: recorded statuses whose configs run again (a new attempt,
     # which supersedes the record), compiles limited by run.trial_timeout_s alone
     retry: frozenset[str] = frozenset()
-    order: list[int] | None = None  # every config in compile order, once computed
     # What a search decided when the run was created (see rundir.create); from run.json
     # on resume.
     meta_search: SearchPlan | None = None
+    timeline: dict[str, float] = field(default_factory=dict)  # see Snapshot.timeline
+    prestart: Prestart | None = None  # what a local GPU run began before Ray was up
+    order: list[int] | None = None  # every config in compile order, once computed
     ending: SessionEnd | None = None  # set once execute() has decided
     answers: CacheAnswers = field(default_factory=CacheAnswers)
     io: Output = field(default_factory=Output.silent)  # the command's, once execute() runs
+
+    @property
+    def space(self) -> Space:
+        return self.opened.space
+
+    @property
+    def path(self) -> Path:
+        return self.opened.path
+
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The run's run.json when resuming."""
+        return self.opened.meta
 
     @classmethod
     def start(cls, spec_path: Path, out: Path | None, backend: str | None,
@@ -92,18 +100,17 @@ class Session:
               say_line: Callable[[str], None] = lambda line: None) -> Session:
         """replace_run (--force): a run already in `out` is moved aside first, never
         deleted (after a kernel edit, resume refuses it and this is the way on)."""
-        o = opening.open_new(spec_path, out, backend, command, replace_run, say_line)
-        return cls(o.spec, o.space, o.path, o.lock, None, created=o.created, kernel=o.kernel)
+        opened = opening.open_new(spec_path, out, backend, command, replace_run, say_line)
+        return cls(opened, opened.spec)
 
     @classmethod
     def reopen(cls, path: Path, command: str,
                say_line: Callable[[str], None] = lambda line: None,
                retry: frozenset[str] = frozenset()) -> Session:
         """retry: `sweep resume --retry`'s statuses."""
-        o = opening.open_existing(path, command, say_line)
-        assert o.meta is not None
-        return cls(o.spec, o.space, o.path, o.lock, o.meta, o.complete, o.earlier,
-                   retry=retry, meta_search=o.meta.get("search"))
+        opened = opening.open_existing(path, command, say_line)
+        assert opened.meta is not None
+        return cls(opened, opened.spec, retry=retry, meta_search=opened.meta.get("search"))
 
     def execute(self, request: Request, stop: StopController, io: Output, engine: Engine,
                 started: float | None = None) -> int:
@@ -129,14 +136,15 @@ class Session:
     def release(self) -> None:
         """The run directory is given back (unlocked; directories made for a run that
         never started removed again)."""
-        opening.give_back(self.lock, [] if RunDir(self.path).meta.exists() else self.created)
+        made = [] if RunDir(self.path).meta.exists() else self.opened.created
+        opening.give_back(self.opened.lock, made)
 
     def _execute(self, request: Request, stop: StopController, engine: Engine,
                  t0: float) -> int:
         self.timeline["session_start"] = time.time()
         run = RunDir(self.path)
         loaded = None
-        if self.meta and self.snapshot_says_complete:
+        if self.meta and self.opened.complete:
             loaded = self._load(run)
             code = self._nothing_to_run(run, loaded)
             if code is not None:
@@ -145,8 +153,8 @@ class Session:
         # (Ray must start on this, the main thread: its processes die with the thread).
         if not self.meta and not request.force and self._answered(self._answered_early(engine)):
             return EXIT_OK
-        if self.kernel is not None:
-            self.kernel.begin()
+        if self.opened.kernel is not None:
+            self.opened.kernel.begin()
         try:
             self._spec_refused()  # the kernel's import already found a mistake
             if not self.meta and engine.on_this_machine() and \
@@ -205,8 +213,8 @@ class Session:
             loading = pool.submit(rundir.load_records, run, self.spec, self.space) \
                 if self.meta and loaded is None else None
             try:
-                engine.connect(lambda: stop.requested or bool(self.kernel and
-                                                              self.kernel.failed()),
+                engine.connect(lambda: stop.requested or bool(self.opened.kernel and
+                                                              self.opened.kernel.failed()),
                                self.io.note)
             except ConnectAbandoned as e:
                 self._spec_refused()  # a join given up for the spec's mistake
@@ -221,8 +229,8 @@ class Session:
                 loaded = loading.result()
                 if loaded.recovered.num_rows:
                     self.io.note(repair.rejournal(run, self.spec, loaded))
-            if self.kernel is not None:
-                self.spec = self.kernel.result()
+            if self.opened.kernel is not None:
+                self.spec = self.opened.kernel.result()
                 self.timeline["kernel_imported"] = time.time()
         return loaded
 
@@ -337,7 +345,7 @@ class Session:
             on_compilers_up=lambda: self._early_compiles_end(limit)), limit)
 
     def _moments(self, driver: Driver | None) -> rundir.Moments:
-        return rundir.Moments(self.timeline, self.earlier,
+        return rundir.Moments(self.timeline, self.opened.earlier,
                               driver.first_dispatch_at if driver else None)
 
     def _write_artefacts(self, run: RunDir, drove: Driven, in_flight: bool) -> None:
@@ -381,17 +389,17 @@ class Session:
     def _answered_early(self, engine: Engine) -> list[cache.CacheEntry]:
         """The cache's answer before the kernel is imported and the engine starts (see
         CacheAnswers.before_start); a spec it imported to answer becomes the session's."""
-        if self.kernel is None:
+        if self.opened.kernel is None:
             return []
-        hits, full = self.answers.before_start(self.spec, engine, self.kernel.result)
+        hits, full = self.answers.before_start(self.spec, engine, self.opened.kernel.result)
         if full is not None:
             self.spec = full
         return hits
 
     def _spec_refused(self) -> None:
         """Raise the spec's mistake that importing the kernel found, if it has."""
-        if self.kernel is not None:
-            self.kernel.raise_if_failed()
+        if self.opened.kernel is not None:
+            self.opened.kernel.raise_if_failed()
 
     def _full_order(self) -> list[int]:
         """Every config in the order to hand out (a new run's), computed once: before Ray
