@@ -55,6 +55,13 @@ class CompileLimit:
                 f"{self.median_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
                 f"--retry timeout gives it the full {self.fixed_s or self.seconds:g} s")
 
+    @staticmethod
+    def stopped(status: str, error: str | None) -> bool:
+        """Whether a row is one a compile limit ended (stopped it, or left it uncompiled
+        as heavier than one it stopped): its compile never finished."""
+        return status == "timeout" and (error or "").startswith(
+            ("compile took longer than ", "not compiled: "))
+
     def why_heavier(self, index: int) -> str:
         """The row's error of a config not compiled: at least as heavy in every parameter
         as trial `index`, which this (learnt) limit stopped (actors/compile_limit.py)."""

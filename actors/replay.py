@@ -79,8 +79,7 @@ def _read(options: Mapping[str, Any]) -> dict[str, Recorded]:
     scale = float(options.get("time_scale", 1.0))
     table = {}
     for row in rows:
-        error = row["error"] or ""
-        never_compiled = row["status"] == "timeout" and error.startswith("compile")
+        never_compiled = CompileLimit.stopped(row["status"], row["error"])
         compile_s = float("inf") if never_compiled else (row["compile_ms"] or 0.0) / 1e3
         gpu_s = (row["finished_at"] - row["started_at"]).total_seconds()
         if row["status"] in ("compile_error", "timeout"):

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from actors.protocol import CompileLimit
+
 Row = dict[str, Any]  # one row of trials.parquet, with its config parsed as "params"
 
 
@@ -30,7 +32,7 @@ def quantiles(values: Sequence[float]) -> dict[str, float] | None:
 
 
 def compile_limited(row: Row) -> bool:
-    return row["status"] == "timeout" and (row["error"] or "").startswith("compile")
+    return CompileLimit.stopped(row["status"], row["error"])
 
 
 def neighbours(config: dict[str, Any], ok: list[Row]) -> list[Row]:

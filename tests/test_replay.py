@@ -323,3 +323,18 @@ def test_the_replay_compiler_rules_out_what_is_heavier_than_a_config_its_limit_s
     pool.submit(3, {"B": 16, "c": "x"})
     ruled = pool.take([3])
     assert ruled is not None and ruled[1].compile_ms is None and ruled[1].timed_out
+
+
+def test_a_recorded_row_the_rule_left_uncompiled_replays_as_a_compile_that_never_ends(
+        tmp_path):
+    space = {"BLOCK": [1, 2, 3, 4]}
+    rows = [{"config": {"BLOCK": b}, "compile_ms": 20} for b in (1, 2, 3)] + [
+        {"config": {"BLOCK": 4}, "compile_ms": None, "status": "timeout",
+         "error": "not compiled: at least as heavy in every parameter as trial 2, whose "
+                  "compile took longer than 5 s"}]
+    spec = replay_spec(tmp_path, space, rows, compile_timeout_s=0.5, trial_timeout_s=20)
+    assert sweep_cli("run", spec, "--out", tmp_path / "run", *LOCAL) == 0
+    got = {json.loads(r["config"])["BLOCK"]: r for r in table_rows(tmp_path / "run")}
+    assert got[4]["status"] == "timeout", got[4]
+    assert got[4]["error"] == "compile took longer than 0.5 s (run.compile_timeout_s)"
+    assert {got[b]["status"] for b in (1, 2, 3)} == {"ok"}
