@@ -20,19 +20,27 @@ def test_a_finalist_within_the_margin_races_on_and_one_past_it_sits_out():
     assert still_racing([[1.0], [0.9]], [0, 1]) == [1]
 
 
-def test_the_re_timing_times_a_slow_finalist_in_its_first_round_only(monkeypatch):
+def scripted_backend(monkeypatch, medians: list[float]):
+    """An interpreter backend whose timings are `medians`, in the order asked for; and the
+    iterator, to check every one was asked for."""
     backend = TritonBackend(load_kernel("matmul"), PROBLEM, interpret=True,
                             timing=Budgets((1, 1), (1, 1)), tolerance=None, seed=0)
-    configs = [{**CONFIG, "GROUP_M": g} for g in (1, 2, 4)]
-    # Timed in rotation, torch's baseline last in each round: finalist 1 (GROUP_M 2) is
-    # 10% slower in the first, and is not timed again.
-    medians = iter([1.0, 1.1, 1.01, 5.0, 1.0, 1.01, 5.0, 1.0, 1.01, 5.0])
+    left = iter(medians)
 
-    def scripted(launch, warmup_ms, rep_ms, first_ms=None):
-        median = next(medians)
+    def scripted(launch, warmup_ms, rep_ms, first_ms=None, screen=False):
+        median = next(left)
         return Timing(median, median, median)
 
     monkeypatch.setattr(backend, "_time", scripted)
+    return backend, left
+
+
+def test_the_re_timing_times_a_slow_finalist_in_its_first_round_only(monkeypatch):
+    configs = [{**CONFIG, "GROUP_M": g} for g in (1, 2, 4)]
+    # Timed in rotation, torch's baseline last in each round: finalist 1 (GROUP_M 2) is
+    # 10% slower in the first, and is not timed again.
+    backend, medians = scripted_backend(
+        monkeypatch, [1.0, 1.1, 1.01, 5.0, 1.0, 1.01, 5.0, 1.0, 1.01, 5.0])
     retimed = backend.retime(configs, rounds=3)
     assert next(medians, None) is None  # every scripted timing was asked for
     assert retimed.rounds == [3, 1, 3]
@@ -41,16 +49,9 @@ def test_the_re_timing_times_a_slow_finalist_in_its_first_round_only(monkeypatch
 
 
 def test_a_race_left_with_one_finalist_ends_there(monkeypatch):
-    backend = TritonBackend(load_kernel("matmul"), PROBLEM, interpret=True,
-                            timing=Budgets((1, 1), (1, 1)), tolerance=None, seed=0)
     configs = [{**CONFIG, "GROUP_M": g} for g in (1, 2)]
-    medians = iter([1.0, 1.1, 5.0])  # finalist 1 is 10% behind; the baseline last
-
-    def scripted(launch, warmup_ms, rep_ms, first_ms=None):
-        median = next(medians)
-        return Timing(median, median, median)
-
-    monkeypatch.setattr(backend, "_time", scripted)
+    # finalist 1 is 10% behind; the baseline last
+    backend, medians = scripted_backend(monkeypatch, [1.0, 1.1, 5.0])
     retimed = backend.retime(configs, rounds=3)
     assert next(medians, None) is None  # nothing timed after the first round
     assert retimed.rounds == [1, 1]
