@@ -82,19 +82,18 @@ def heavier(config: Mapping[str, Any], than: Mapping[str, Any],
             problem_keys: Sequence[str] = ()) -> bool:
     """Whether config is at least as heavy to compile as `than` in every parameter: each
     integer one as large or larger, num_warps as few or fewer, every other value the same
-    (an integer problem key aside: a size is no compile's cost). compile_weight's model
-    (actors/protocol.py) as a partial order, which holds where the weight's order is
-    only likely: more of the same code per thread compiles no faster."""
+    (a problem's too: a size a kernel takes as a constexpr is code, compiled anew).
+    compile_weight's model (actors/protocol.py) as a partial order, which holds where the
+    weight's order is only likely: more of the same code per thread compiles no faster."""
     if config.keys() != than.keys():
         return False
     for key, value in than.items():
         mine = config[key]
         integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (mine, value))
-        if integers and key in problem_keys:
-            continue
-        if integers and (mine > value if key == "num_warps" else mine < value):
-            return False
-        if not integers and mine != value:
+        if integers and key not in problem_keys:
+            if mine > value if key == "num_warps" else mine < value:
+                return False
+        elif mine != value:
             return False
     return True
 

@@ -121,6 +121,9 @@ class CompilePool:
         self._given = limit
         self._learner = Learner(limit.seconds, adaptive)
         self._stopped = Stopped(job.problem_keys)  # what a learnt limit stopped
+        # Configs its worker was sent: a hint stopped here is another worker's, compiled
+        # there under that worker's limit, and rules nothing out here.
+        self._submitted: set[int] = set()
         self._stderr = stderr
         self._unforked = unforked
         self._failed_starts = 0
@@ -220,6 +223,7 @@ class CompilePool:
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             self._hints.pop(key, None)
+            self._submitted.add(key)
             self._note_binary(key, config)
             if key not in self._done and not self._in_flight(key) \
                     and not self._rule_out(key, config):
@@ -349,7 +353,7 @@ class CompilePool:
             elif p.task is not None and time.monotonic() - p.since > self.limit.seconds:
                 (key, config), limit = p.task, self.limit
                 self._replace(i, limit.why(), True)
-                if self._stopped.add(key, config, limit):
+                if key in self._submitted and self._stopped.add(key, config, limit):
                     self._rule_out_queued()
         return read
 

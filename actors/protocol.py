@@ -50,10 +50,16 @@ class CompileLimit:
         """The row's error of a compile this limit stopped: which limit, and why."""
         if self.median_s is None:
             return f"compile took longer than {self.seconds:g} s (run.compile_timeout_s)"
-        return (f"compile took longer than {self.seconds:g} s, "
-                f"{self.seconds / self.median_s:.0f}x this run's median compile of "
-                f"{self.median_s:.2g} s (run.compile_timeout_s: auto); sweep resume DIR "
-                f"--retry timeout gives it the full {self.fixed_s or self.seconds:g} s")
+        return f"compile took longer than {self._learnt()}; {self._retry('it')}"
+
+    def _learnt(self) -> str:
+        assert self.median_s is not None
+        return (f"{self.seconds:g} s, {self.seconds / self.median_s:.0f}x this run's median "
+                f"compile of {self.median_s:.2g} s (run.compile_timeout_s: auto)")
+
+    def _retry(self, what: str) -> str:
+        return (f"sweep resume DIR --retry timeout gives {what} the full "
+                f"{self.fixed_s or self.seconds:g} s")
 
     @staticmethod
     def stopped(status: str, error: str | None) -> bool:
@@ -66,7 +72,8 @@ class CompileLimit:
         """The row's error of a config not compiled: at least as heavy in every parameter
         as trial `index`, which this (learnt) limit stopped (actors/compile_limit.py)."""
         return (f"not compiled: at least as heavy in every parameter as trial {index}, "
-                f"whose {self.why()}")
+                f"whose compile took longer than {self._learnt()}; "
+                f"{self._retry('this config')}")
 
 
 FORKS = "forks"  # WorkerSettings.prestarted's key of a fork server begun before the workers

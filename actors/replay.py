@@ -161,6 +161,7 @@ class ReplayCompiler:
         self._queued: set[int] = set()
         self._done: dict[int, Compiled] = {}
         self._stopped = Stopped(problem_keys)  # as a real pool rules configs out
+        self._submitted: set[int] = set()  # (a hint stopped rules nothing out: see there)
         self._lock = threading.Lock()
 
     @classmethod
@@ -181,6 +182,7 @@ class ReplayCompiler:
     def submit(self, key: int, config: Mapping[str, Any]) -> None:
         with self._lock:
             self._hints.pop(key, None)
+            self._submitted.add(key)
             now = time.monotonic()
             if key not in self._done and key not in self._queued:
                 why = self._stopped.why(config)
@@ -255,7 +257,7 @@ class ReplayCompiler:
                 self._running = [r for r in self._running if r[1] != key]
                 self._queued.discard(key)
                 self._done[key] = self._outcome(config, start, end, took)
-                if self._done[key].timed_out and \
+                if self._done[key].timed_out and key in self._submitted and \
                         self._stopped.add(key, json.loads(config), self.limit):
                     self._rule_out_queued()
                 heapq.heappush(free_at, end)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actors.compile_limit import CACHE_HIT_MS, Stopped, learnt  # noqa: E402
-from actors.protocol import compile_weight  # noqa: E402
+from actors.protocol import CompileLimit, compile_weight  # noqa: E402
 from sweep.search import scheduling  # noqa: E402
 from sweep.spec import load_spec  # noqa: E402
 from sweep.spec.space import Space, expand_configs  # noqa: E402
@@ -108,7 +108,8 @@ def replay(order: list[int], compile_s: dict[int, float], configs: dict[int, dic
                                                          for k in out)
             ruled_out |= out
             queue = kept
-    best = min((k for k in compile_s if latency[k] is not None), key=latency.__getitem__)
+    ran = {k: ms for k, ms in latency.items() if ms is not None}
+    best = min(ran, key=ran.__getitem__)
     return {"compile_wall_s": round(now, 2), "compile_s": round(busy, 1), **counts,
             "best_ruled_out": best in ruled_out}
 
@@ -124,7 +125,7 @@ def measure(name: str, source: str, spec: str | None) -> dict[str, Any]:
         space, problem_keys = loaded.expand(), loaded.problem_keys
     configs = {r["index"]: space.config(r["index"]) for r in rows}
     # A compile the limit stopped then would have gone on: it is never done here.
-    compile_s = {r["index"]: float("inf") if r["status"] == "timeout"
+    compile_s = {r["index"]: float("inf") if CompileLimit.stopped(r["status"], r["error"])
                  else (r["compile_ms"] or 0.0) / 1e3 for r in rows}
     latency = {r["index"]: r["latency_ms"] if r["status"] == "ok" else None for r in rows}
     todo = sorted(configs)

@@ -275,10 +275,11 @@ def test_a_config_at_least_as_heavy_in_every_parameter_is_heavier():
     assert not heavier({**stopped, "dtype": "float32"}, stopped)
     assert not heavier({**stopped, "EVEN": False}, stopped)
     assert not heavier({k: v for k, v in stopped.items() if k != "EVEN"}, stopped)
-    # an integer problem key is a size, no compile's cost; a dtype is not
+    # a problem's size is the problem's, not a parameter to be heavier in
     sized = {**stopped, "M": 4096}
-    assert heavier({**sized, "M": 128}, sized, problem_keys=("M", "dtype"))
-    assert not heavier({**sized, "M": 128}, sized)
+    assert heavier({**sized, "BLOCK": 128}, sized, problem_keys=("M", "dtype"))
+    assert not heavier({**sized, "M": 8192}, sized, problem_keys=("M", "dtype"))
+    assert heavier({**sized, "M": 8192}, sized)  # a parameter M
 
 
 def test_only_a_learnt_limit_rules_heavier_configs_out():
@@ -291,7 +292,7 @@ def test_only_a_learnt_limit_rules_heavier_configs_out():
     assert stopped.why({"BLOCK": 128}) == (
         "not compiled: at least as heavy in every parameter as trial 7, whose compile took "
         "longer than 5 s, 17x this run's median compile of 0.3 s (run.compile_timeout_s: "
-        "auto); sweep resume DIR --retry timeout gives it the full 60 s")
+        "auto); sweep resume DIR --retry timeout gives this config the full 60 s")
 
 
 def test_the_replay_compiler_rules_out_what_is_heavier_than_a_config_its_limit_stopped():
@@ -338,3 +339,22 @@ def test_a_recorded_row_the_rule_left_uncompiled_replays_as_a_compile_that_never
     assert got[4]["status"] == "timeout", got[4]
     assert got[4]["error"] == "compile took longer than 0.5 s (run.compile_timeout_s)"
     assert {got[b]["status"] for b in (1, 2, 3)} == {"ok"}
+
+
+def test_a_hint_stopped_by_the_limit_rules_nothing_out_for_its_own_worker():
+    # a hint is another worker's config, which its own pool compiles under its own limit
+    never = Recorded("timeout", "skipped", None, None, None, "compile took longer than 60 s",
+                     float("inf"), 0.0)
+    table = {canonical_json({"B": b}): never for b in (4, 8)}
+    pool = ReplayCompiler(table, 1, CompileLimit(60))
+    pool.set_limit(CompileLimit(0.2, median_s=0.02, fixed_s=60.0))
+    pool.hint(0, {"B": 4})
+    while not pool._done:
+        pool.wait(1.0)
+        pool.take([])
+    pool.submit(1, {"B": 8})
+    got = None
+    while got is None:
+        got = pool.take([1])
+        pool.wait(1.0)
+    assert got[1].timed_out and got[1].error.startswith("compile took longer than 0.2 s")
