@@ -18,7 +18,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from actors import child, triton_warm
+from actors import child, trace, triton_warm
 from actors.compiles import Compiled
 from actors.protocol import Retimed
 from storage.records import TrialOutcome, clip_error
@@ -51,6 +51,7 @@ def _exit_without(pid: int) -> None:
 
 
 def _backend(payload: str) -> Any:
+    trace.note("launcher_started")
     options = json.loads(payload)
     if options["interpret"]:
         # Triton picks interpreter or compiler when a kernel module is imported.

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from actors import trace
 from actors.compiles import Compiled
 from actors.protocol import Retimed, Timing
 from actors.timing import summarise, time_cuda, time_wall
@@ -181,11 +182,14 @@ class TritonBackend:
         self.screen = timing.screen
         self.tolerance = tuple(tolerance) if tolerance is not None else None
         self.device = "cpu" if interpret else "cuda"
+        trace.note("launcher_imported")
         self.device_name = ("cpu-interpreter" if interpret
                             else torch.cuda.get_device_name(torch.cuda.current_device()))
+        trace.note("launcher_device_up")
         self.seed = seed
         self._inputs: dict[str, ProblemInputs] = {}  # per problem, made once
         self._warm_up(problem)
+        trace.note("launcher_warmed_up")
 
     def _split(self, config: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """(the trial's problem, the kernel's config) of a config as the worker got it."""
