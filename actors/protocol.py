@@ -68,6 +68,13 @@ class CompileLimit:
         return status == "timeout" and (error or "").startswith(
             ("compile took longer than ", "not compiled: "))
 
+    @staticmethod
+    def stopped_learnt(status: str, error: str | None) -> bool:
+        """Whether a row is one a learnt limit stopped (the rows its pool then rules out
+        follow from it: actors/compile_limit.py's Stopped)."""
+        return status == "timeout" and (error or "").startswith("compile took longer than ") \
+            and "(run.compile_timeout_s: auto)" in (error or "")
+
     def why_heavier(self, index: int) -> str:
         """The row's error of a config not compiled: at least as heavy in every parameter
         as trial `index`, which this (learnt) limit stopped (actors/compile_limit.py)."""

@@ -6,18 +6,21 @@ clock, tests/fake_runtime.py)."""
 from __future__ import annotations
 
 import io
+from collections import deque
 
 from fake_runtime import FakeRuntime, Ok
 from rich.console import Console
 from test_driver import MemoryLog
 
-from actors.protocol import compile_weight
+from actors.protocol import CompileLimit, compile_weight
 from storage.records import TrialOutcome, TrialRecord, Where
+from sweep.engines.runtime import Trial
 from sweep.results.tally import Tally
 from sweep.run import progress
 from sweep.run.contracts import Limits, Work
 from sweep.run.driver import Driver
 from sweep.run.progress import CompileTail, ProgressReporter
+from sweep.run.slots import HeldBatch, Slot
 from sweep.search.scheduling import AdaptiveLimit
 from sweep.spec.space import expand
 
@@ -155,3 +158,29 @@ def compiled(index: int, ms: float) -> TrialRecord:
     return TrialRecord.from_outcome(
         index, {"A": index}, TrialOutcome("ok", "passed", latency_ms=1.0, compile_ms=ms),
         where=Where("d", "n", "w1"), attempt=1, started_at=0.0, finished_at=1.0)
+
+
+def test_a_config_heavier_than_one_a_learnt_limit_stopped_holds_no_eta_off():
+    space = expand({"A": list(range(50))}, [])
+    rt = FakeRuntime()
+    work = Work(space, Tally(total=50), [], {}, {}, Limits(60, 1, 3, 30), 1)
+    driver = Driver(work, rt, MemoryLog(), should_stop=lambda: False, on_snapshot=lambda: None)
+    tail = CompileTail(driver, AdaptiveLimit(60.0, adaptive=True))
+    learnt = CompileLimit(5.0, median_s=0.5, fixed_s=60.0)
+    tail.observe([compiled(3, 4_000), compiled(6, 4_000), TrialRecord.from_outcome(
+        10, {"A": 10}, TrialOutcome("timeout", "skipped", error=learnt.why(), compile_ms=5_000),
+        where=Where("d", "n", "w1"), attempt=1, started_at=0.0, finished_at=1.0)])
+    slot = Slot(name="w1", batches=deque([HeldBatch(0, [Trial(5, {}, 1), Trial(20, {}, 1)],
+                                                    sent_at=rt.monotonic())]))
+    driver.pool.slots.append(slot)
+    # trial 20 (A 20 >= 10) is ruled out at once: only trial 5's 4 s hold the end off
+    assert tail.remaining_s() == 4.0
+    slot.batches[0].trials.pop(0)
+    assert tail.remaining_s() == 0.0
+    # a fixed limit's stop rules nothing out: then 20 is expected to take 5 s
+    fixed = CompileTail(driver, AdaptiveLimit(60.0, adaptive=False))
+    fixed.observe([TrialRecord.from_outcome(
+        10, {"A": 10}, TrialOutcome("timeout", "skipped", error=CompileLimit(5.0).why(),
+                                    compile_ms=5_000),
+        where=Where("d", "n", "w1"), attempt=1, started_at=0.0, finished_at=1.0)])
+    assert fixed.remaining_s() == 5.0

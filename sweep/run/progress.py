@@ -12,7 +12,7 @@ import bisect
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -26,7 +26,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from actors.protocol import compile_weight
+from actors.compile_limit import heavier
+from actors.protocol import CompileLimit, compile_weight
 from storage.records import TrialRecord
 from sweep.console import printable
 from sweep.results.tally import Tally
@@ -61,15 +62,21 @@ class CompileTail:
     time since it was sent; the longest of them. A config's expected compile time is the
     slowest seen of a config no heavier (compile_weight orders configs by how slowly they
     compile; one heavier than every config seen, the slowest seen), within the run's
-    compile limit, which stops a compile past it."""
+    compile limit, which stops a compile past it; none for a config at least as heavy as
+    one a learnt limit stopped, which its pool does not compile (actors/compile_limit.py;
+    in a run of several workers only the stopping worker's pool does so: then an eta
+    too soon by a limit's time at most)."""
 
     def __init__(self, driver: Driver, limit: AdaptiveLimit | None) -> None:
         self.driver, self.limit = driver, limit
         self._slowest: dict[float, float] = {}  # weight -> the slowest compile seen (s)
         self._ladder: tuple[list[float], list[float]] | None = None  # weights, running max
+        self._stopped: list[dict[str, Any]] = []  # configs a learnt limit stopped
 
     def observe(self, records: Iterable[TrialRecord]) -> None:
         for r in records:
+            if CompileLimit.stopped_learnt(r.status, r.error):
+                self._stopped.append(self.driver.space.config(r.index))
             # A compile of under CACHE_HIT_MS found its binary cached: nothing learnt. One
             # stopped by the limit took at least what it records.
             if r.compile_ms is not None and r.compile_ms >= CACHE_HIT_MS:
@@ -95,9 +102,13 @@ class CompileTail:
     def remaining_s(self) -> float:
         now = self.driver.runtime.monotonic()
         by_weight: dict[float, float] = {}  # weight -> the earliest such trial was sent
+        space = self.driver.space
         for slot in self.driver.pool.slots:
             for index, sent_at in slot.waiting():
-                w = compile_weight(self.driver.space.kernel_config(index))
+                if self._stopped and any(heavier(space.config(index), s, space.problem_keys)
+                                         for s in self._stopped):
+                    continue  # it ends at once, uncompiled
+                w = compile_weight(space.kernel_config(index))
                 by_weight[w] = min(by_weight.get(w, sent_at), sent_at)
         return max((sent + self.expected_s(w) - now for w, sent in by_weight.items()),
                    default=0.0)
