@@ -102,8 +102,8 @@ class Stopped:
     """Configs a learnt limit stopped, and the rule they give: a config at least as heavy
     in every parameter as one of them is not compiled. It would compile longer still, so
     the limit would stop it too: on an H200, 56 of Liger's RMSNorm's 324 configs ran to
-    the 5 s limit, 280 of the sweep's 461 compile-seconds, and each was at least as heavy
-    as the lightest stopped of its parameters (benchmarks/results/heavy_compiles_key_runs/
+    the 5 s limit, 280 of the sweep's 461 compile-seconds, and every config at least as
+    heavy as one of them was one of them (benchmarks/results/heavy_compiles_key_runs/
     liger_rms.tar.gz). A fixed limit (the user's, or a retry's) stops no config uncompiled."""
 
     def __init__(self, problem_keys: Sequence[str] = ()) -> None:

@@ -26,9 +26,9 @@ FLUSH_BYTES = 256 * 1024 * 1024  # what do_bench clears L2 with
 # ends once its median's standard error is under SCREEN_PRECISION of it, looked at after
 # SCREEN_FIRST flushed repetitions and each time their count doubles. The screen only
 # chooses the finalists: on an H200 a 1.6 ms matmul's repetitions spread 0.6% (p20 to
-# p80), five of them knew the median to 0.2%, and its screen of fourteen launches was
-# 32 ms of the 37 each config took; the 8 sizes of configs/matmul-shapes.yaml spread
-# 1-5% (benchmarks/results/heavy_compiles_head_runs).
+# p80), so five of them knew the median to 0.2%, and a config took 32 ms (the median),
+# most of it its screen's fourteen launches; the 8 sizes of configs/matmul-shapes.yaml
+# spread 1-5% (benchmarks/results/heavy_compiles_head_runs).
 SCREEN_PRECISION = 0.01
 SCREEN_FIRST = 5
 
