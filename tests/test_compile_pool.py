@@ -246,6 +246,16 @@ def adaptive_gated_pool(fixed_s: float, adaptive: bool) -> CompilePool:
     return pool
 
 
+def gated_pool_of_low_floor(monkeypatch, fixed_s: float, adaptive: bool) -> CompilePool:
+    """A gated pool whose learnt limit may be as low as 0.5 s (the rule runs in this
+    process), so that peers of 0.1 s teach one a gated compile soon runs past."""
+    from actors import compile_limit
+
+    tests_on_path(monkeypatch)
+    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)
+    return adaptive_gated_pool(fixed_s, adaptive)
+
+
 def run_peers_beside_a_gated_compile(pool: CompilePool, gate: Path) -> Compiled:
     """A compile that waits at a gate nobody opens, begun first; then MIN_COMPILES peers
     (each a real compile's time, see gated_kernel.PEER_S) on the other process."""
@@ -264,11 +274,7 @@ def test_a_pool_learns_the_limit_from_its_first_compiles_and_stops_one_already_r
     # The gated compile began before any limit was learnt, under a fixed one it would never
     # reach (its gate gives up at 60 s); the pool learns FACTOR x its peers' median from
     # their replies alone (no trial record, no driver) and stops it there.
-    from actors import compile_limit
-
-    tests_on_path(monkeypatch)
-    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)  # the rule runs in this process
-    pool = adaptive_gated_pool(120.0, adaptive=True)
+    pool = gated_pool_of_low_floor(monkeypatch, 120.0, adaptive=True)
     try:
         got = run_peers_beside_a_gated_compile(pool, tmp_path)
     finally:
@@ -288,11 +294,7 @@ def test_a_config_at_least_as_heavy_as_one_a_learnt_limit_stopped_is_not_compile
     # The gated compile is stopped by the learnt limit: the same config again (as heavy in
     # every parameter) ends at once, uncompiled, as a hint it is not compiled either; a
     # config of other parameters still compiles.
-    from actors import compile_limit
-
-    tests_on_path(monkeypatch)
-    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)
-    pool = adaptive_gated_pool(120.0, adaptive=True)
+    pool = gated_pool_of_low_floor(monkeypatch, 120.0, adaptive=True)
     try:
         stopped = run_peers_beside_a_gated_compile(pool, tmp_path)
         assert stopped.timed_out, stopped
@@ -316,11 +318,7 @@ def test_a_pool_without_the_adaptive_limit_keeps_the_fixed_one_as_a_retry_does(
         monkeypatch, tmp_path):
     # sweep resume --retry timeout sends compile_limit_auto False: the same peers teach
     # nothing, and the gated compile is stopped by the fixed limit, saying so.
-    from actors import compile_limit
-
-    tests_on_path(monkeypatch)
-    monkeypatch.setattr(compile_limit, "FLOOR_S", 0.5)
-    pool = adaptive_gated_pool(3.0, adaptive=False)
+    pool = gated_pool_of_low_floor(monkeypatch, 3.0, adaptive=False)
     try:
         got = run_peers_beside_a_gated_compile(pool, tmp_path)
     finally:
