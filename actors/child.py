@@ -53,8 +53,9 @@ class Child:
 
 
 def _python(code: str, *args: str, pass_fds: tuple[int, ...] = (),
-            env: dict[str, str] | None = None, stderr: IO[bytes] | None = None,
-            stdout: IO[bytes] | None = None) -> subprocess.Popen:
+            env: dict[str, str] | None = None, stderr: IO[bytes] | int | None = None,
+            stdout: IO[bytes] | int | None = None, stdin: int | None = None
+            ) -> subprocess.Popen:
     # `-c` puts the current directory first on sys.path, where a user's folder could
     # shadow this project's packages: take it off. Then, before the entry's imports (a
     # second or more with torch), the child asks to die with this process, and ends if
@@ -65,7 +66,15 @@ def _python(code: str, *args: str, pass_fds: tuple[int, ...] = (),
         [sys.executable, "-c", "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
          f"from actors.child import die_with_parent; die_with_parent({os.getpid()}); "
          + code, *args], pass_fds=pass_fds, start_new_session=True, env=env, stderr=stderr,
-        stdout=stdout or stderr or STDERR_FD)
+        stdout=stdout or stderr or STDERR_FD, stdin=stdin)
+
+
+def start_spare(entry: str, *args: str, env: dict[str, str]) -> subprocess.Popen:
+    """Run entry ("module:function") as function(*args) in a process of its own session
+    with a pipe to its stdin, what it prints dropped (actors/spares.py)."""
+    module, _, function = entry.partition(":")
+    return _python(f"from {module} import {function}; {function}(*sys.argv[1:])", *args,
+                   env=env, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE)
 
 
 def start_detached(entry: str, *args: str, env: dict[str, str],

@@ -48,6 +48,18 @@ def _own_packages_first() -> None:
 _own_packages_first()
 
 
+def _spares_ahead() -> None:
+    """A GPU run's launchers and fork server import torch for seconds: their interpreters
+    start now, before this process imports pyarrow and the rest of itself (about a second
+    on an H200 host), and import it meanwhile (sweep/engines/prestart.py's ahead)."""
+    from sweep.engines import prestart
+
+    prestart.ahead(sys.argv[1:])
+
+
+_spares_ahead()
+
+
 class _NoPandas:
     """A finder that says pandas is not there (see _pyarrow_without_pandas)."""
 
@@ -87,6 +99,9 @@ def main() -> int:
     # (2-3.5 s; forever with a thread stuck inside ray.init or a lost head). A private
     # Ray instance's processes are ended; a cluster it joined sees its driver gone and
     # ends its workers; the local runtime's workers are gone already.
+    from actors import spares
+
+    spares.end()  # not waited for by the shutdown that follows: gone with it anyway
     private_ray = sys.modules.get("sweep.engines.ray.private")
     if private_ray is not None:
         private_ray.end_private_now()

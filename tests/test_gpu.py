@@ -163,3 +163,15 @@ def test_a_screen_of_a_steady_kernel_ends_early_near_the_careful_median():
     screen = time_cuda(matmul, 5.0, 10_000.0, screen=True)
     assert len(launches) < careful_launches / 2, (len(launches), careful_launches)
     assert abs(screen.median_ms / careful.median_ms - 1) < 0.15, (screen, careful)
+
+
+def test_a_gpu_run_launches_and_forks_from_the_spares_its_command_began(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    result = sweep_proc("run", ROOT / "configs" / "quickstart.yaml", "--out", tmp_path / "r",
+                        "--backend", "cuda", timeout=600, env={"SWEEP_TRACE": str(trace)})
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    ahead = {e["pid"] for e in events if e["event"] == "spare_started"}
+    became = {e["event"]: e["pid"] for e in events
+              if e["event"] in ("launcher_started", "fork_server_prepared")}
+    assert len(became) == 2 and set(became.values()) <= ahead, (ahead, became)

@@ -13,10 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, write_spec
 
-from actors import child
-from actors.protocol import WorkerSettings
+from actors import child, spares
+from actors.compile_pool import FORK_SAFE_ENV
+from actors.protocol import FORKS, WorkerSettings
+from sweep.engines import prestart
 from sweep.engines.prestart import Prestart
 
 SETTINGS = WorkerSettings(
@@ -117,3 +120,95 @@ def test_a_folder_whose_lock_is_free_is_removed_only_once_the_pid_in_its_name_is
         assert not gone.exists()
     finally:
         prestart.close()
+
+
+@pytest.mark.parametrize("argv, started", [
+    (["run", "s.yaml"], 3),  # two GPUs' launchers and the fork server
+    (["run", "s.yaml", "--backend", "cuda", "--out", "r"], 3),
+    (["run", "s.yaml", "--backend=interpret"], 0),
+    (["run", "s.yaml", "--backend", "simulate"], 0),
+    (["run", "s.yaml", "--address", "127.0.0.1:6379"], 0),  # workers on another machine
+    (["run", "--help"], 0),
+    (["resume", "r"], 0),  # a resumed run begins nothing early
+    (["report", "r"], 0),
+])
+def test_spares_begin_for_a_run_whose_command_line_leaves_the_gpus_possible(
+        monkeypatch, argv, started):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        prestart.ahead(argv)
+        envs = [env for env, _ in spares._SPARES]
+    finally:
+        spares.end()
+    assert len(envs) == started
+    if started:
+        assert [env.get("CUDA_VISIBLE_DEVICES") for env in envs] == ["0", "1", "0,1"]
+        assert {k: v for k, v in envs[2].items() if os.environ.get(k) != v} == FORK_SAFE_ENV
+
+
+def test_no_spares_where_no_gpu_is_visible_or_prestarts_are_off(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    prestart.ahead(["run", "s.yaml"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("SWEEP_PRESTART", "0")
+    prestart.ahead(["run", "s.yaml"])
+    assert spares._SPARES == []
+
+
+def test_a_prestart_takes_the_spares_begun_for_its_launcher_and_fork_server(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a GPU id, with no GPU behind it
+    prestart.ahead(["run", "s.yaml"])
+    ahead = [process.pid for _, process in spares._SPARES]
+    begun = Prestart.begin(SETTINGS, iter([(0, CONFIG)]), adopted_pools=True)
+    assert begun is not None
+    try:
+        assert spares._SPARES == []
+        assert [begun.launchers[name][2] for name in ("0", FORKS)] == ahead
+        launcher = begun.processes[0]
+        assert launcher.wait(timeout=120) != 0  # it fails to set up CUDA, as a fresh one
+        assert "Error" in (begun.directory / "stderr.log").read_text()
+    finally:
+        begun.close()
+    deadline = time.monotonic() + 60  # killed, not awaited: each ends in a moment
+    while any(child.alive(pid) for pid in ahead):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def spares_of(pid: int) -> list[int]:
+    """The live spares (actors/spares.py) process pid started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"actors.spares" in (entry / "cmdline").read_bytes() \
+                    and child.alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_command_killed_while_its_spares_import_leaves_none(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
+                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
+                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
+                             "GROUP_M": [1]},
+                      run={"backend": "interpret"})
+    command = subprocess.Popen(
+        [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run"], cwd=ROOT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(begun := spares_of(command.pid)) < 2:  # the launcher's and fork server's
+            assert command.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)  # a poll interval: the command under test needs the cores
+        os.kill(command.pid, signal.SIGKILL)
+        command.wait()
+        deadline = time.monotonic() + 120
+        while any(child.alive(pid) for pid in begun):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)

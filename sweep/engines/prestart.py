@@ -37,12 +37,12 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from actors import child, trace
+from actors import child, spares, trace
 from actors.compile_pool import FORK_SAFE_ENV, CompileJob, CompilePool
 from actors.protocol import FORKS, CompileLimit, WorkerSettings
 from actors.worker import launcher_payload
@@ -52,6 +52,34 @@ from sweep.engines.machine import visible_gpus
 # starts (seconds; a compile takes about half a second); the workers' pools do the rest.
 EARLY_PER_PROCESS = 32
 POOL_CAP = 512  # compile processes, at most: a bound on the configs taken from the order
+PRESTART_ENV = "SWEEP_PRESTART"  # "0": no work begun early (to measure without it)
+
+
+def ahead(argv: Sequence[str]) -> None:
+    """`sweep run`'s first step, before it imports the rest of itself: where this machine
+    has GPUs and the command line leaves a local GPU run possible, a spare interpreter
+    (actors/spares.py) for each launcher and for the fork server begin starts, each with
+    the environment its process will have. A run that turns out not to need them (a
+    cached answer, a spec's other backend, a bad spec) ends them unused."""
+    if not argv or argv[0] != "run" or os.environ.get(PRESTART_ENV) == "0" or \
+            os.environ.get("RAY_ADDRESS") or any(
+                a in ("-h", "--help") or a.startswith("--address") for a in argv):
+        return
+    backend = next((b for a, b in itertools.pairwise(argv) if a == "--backend"), None) or next(
+        (a.partition("=")[2] for a in argv if a.startswith("--backend=")), None)
+    gpus = visible_gpus()
+    if backend in (None, "auto", "cuda") and gpus:
+        spares.start([_environment(extra) for extra in _launcher_envs(gpus).values()]
+                     + [_environment(FORK_SAFE_ENV)])
+
+
+def _launcher_envs(gpus: Iterable[str]) -> dict[str, dict[str, str]]:
+    """What each GPU's launcher adds to this process's environment."""
+    return {gpu: {"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus}
+
+
+def _environment(extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}
 
 
 @dataclass
@@ -75,8 +103,7 @@ class Prestart:
         gpus = visible_gpus()
         if not gpus:
             return None
-        directory, log, launchers, processes = _launchers(
-            settings, {gpu: {"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus})
+        directory, log, launchers, processes = _launchers(settings, _launcher_envs(gpus))
         if adopted_pools:
             launchers[FORKS] = _fork_server(directory, log, settings, processes)
             return cls(launchers, processes, None, directory, log)
@@ -122,6 +149,7 @@ class Prestart:
         """Everything it started ends: adopted launchers die with their workers anyway.
         keep_log: where what its processes printed is appended (the run's workers.log)."""
         self.stop_compiling()
+        spares.end()  # those no process took
         for process in self.processes:
             # Not awaited: a process with a CUDA context takes a moment to end, which the
             # command need not wait for (each is reaped by its own thread).
@@ -195,9 +223,9 @@ def _fork_server(directory: Path, log: IO[bytes], settings: WorkerSettings,
     trace.note("fork_server_started")
     payload = json.dumps({"kernel": settings.kernel, "kernel_path": settings.kernel_path,
                           "problem": dict(settings.problem), "seed": settings.seed})
-    process = child.start_detached(
-        "actors.child:serve_prepared", address, key, "actors.compile_process:prepare", payload,
-        env={**os.environ, **FORK_SAFE_ENV}, stderr=log, stdout=log)
+    process = _start("actors.child:serve_prepared", address, key,
+                     "actors.compile_process:prepare", payload,
+                     env=_environment(FORK_SAFE_ENV), log=log)
     threading.Thread(target=process.wait, daemon=True).start()
     processes.append(process)
     return address, key, process.pid
@@ -215,11 +243,16 @@ def _launchers(settings: WorkerSettings, env: dict[str, dict[str, str]]
     processes: list[subprocess.Popen] = []
     for name, extra in env.items():
         address, key = str(directory / f"launcher-{len(processes)}"), secrets.token_hex(16)
-        process = child.start_detached(
-            "actors.launcher:serve_prestarted", address, key, launcher_payload(settings),
-            env={**os.environ, **extra}, stderr=log, stdout=log)
+        process = _start("actors.launcher:serve_prestarted", address, key,
+                         launcher_payload(settings), env=_environment(extra), log=log)
         # Reaped as soon as it ends, so that a worker sees it gone, not a zombie.
         threading.Thread(target=process.wait, daemon=True).start()
         processes.append(process)
         launchers[name] = (address, key, process.pid)
     return directory, log, launchers, processes
+
+
+def _start(entry: str, *args: str, env: dict[str, str], log: IO[bytes]) -> subprocess.Popen:
+    """entry run in a spare begun for this environment, or else in a fresh process."""
+    return spares.become(entry, *args, env=env, out=log.name) or child.start_detached(
+        entry, *args, env=env, stderr=log, stdout=log)

@@ -28,7 +28,7 @@ from storage.snapshot import write_snapshot
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
 from sweep.console import Output, say
 from sweep.engines import machine
-from sweep.engines.prestart import Prestart
+from sweep.engines.prestart import PRESTART_ENV, Prestart
 from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
 from sweep.results.summary import (
     print_errors,
@@ -158,7 +158,7 @@ class Session:
         try:
             self._spec_refused()  # the kernel's import already found a mistake
             if not self.meta and engine.on_this_machine() and \
-                    os.environ.get("SWEEP_PRESTART") != "0":
+                    os.environ.get(PRESTART_ENV) != "0":
                 self.prestart = self._prestart(engine)
             try:
                 loaded = self._connect(run, engine, loaded, stop)
