@@ -25,14 +25,16 @@ from collections.abc import Iterable
 
 from actors import child, trace
 
-AHEAD = ("torch", "triton")  # what every process a spare may become imports first
+# What every process a spare may become does first: Triton's hash of itself (0.6 s on an
+# H200 host, on a thread: see triton_warm), torch's and Triton's imports.
+AHEAD = ("actors.triton_warm:key_triton", "torch", "triton")
 
 _SPARES: list[tuple[dict[str, str], subprocess.Popen]] = []  # this process's, untaken
 
 
 def start(envs: Iterable[dict[str, str]], imports: Iterable[str] = AHEAD) -> None:
     """A spare for each environment (each the whole environment, as its process will get
-    it), importing `imports` from now on."""
+    it), importing `imports` from now on (a "module:function" is called, with nothing)."""
     for env in envs:
         _SPARES.append((env, child.start_spare("actors.spares:serve", *imports, env=env)))
 
@@ -73,8 +75,11 @@ def serve(*imports: str) -> None:
     for name in imports:
         # A module that fails here fails again, and says so, where the process imports
         # it as what it becomes.
+        module, _, function = name.partition(":")
         with contextlib.suppress(Exception):
-            importlib.import_module(name)
+            imported = importlib.import_module(module)
+            if function:
+                getattr(imported, function)()
     trace.note("spare_imported")
     line = sys.stdin.readline()
     if not line:

@@ -13,9 +13,15 @@ from __future__ import annotations
 import contextlib
 import threading
 
+_KEYING: list[threading.Thread] = []  # this process's, once started
+
 
 def key_triton() -> threading.Thread:
-    """Start hashing Triton's sources on a thread; join it before forking."""
+    """Start hashing Triton's sources on a thread, once a process (a spare begun ahead
+    starts it, and the launcher or fork server it becomes asks again); join it before
+    forking."""
+    if _KEYING:
+        return _KEYING[0]
 
     def key() -> None:
         with contextlib.suppress(Exception):  # a Triton without it: the compile hashes
@@ -25,4 +31,5 @@ def key_triton() -> threading.Thread:
 
     thread = threading.Thread(target=key, name="triton-key", daemon=True)
     thread.start()
+    _KEYING.append(thread)
     return thread

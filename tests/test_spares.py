@@ -25,6 +25,9 @@ def env(tmp_path: Path):
         import os, sys
         print("imported ahead", file=sys.stderr, flush=True)
 
+        def ahead():
+            print("called ahead", file=sys.stderr, flush=True)
+
         def become(path, word):
             print("became", word, file=sys.stderr, flush=True)
             with open(path, "w") as f:
@@ -37,14 +40,14 @@ def env(tmp_path: Path):
 
 def test_a_spare_of_the_same_environment_becomes_the_process_keeping_what_it_printed(
         tmp_path, env):
-    spares.start([env], imports=("tests_spare_target",))
+    spares.start([env], imports=("tests_spare_target:ahead",))
     spare = spares._SPARES[0][1]
     log = tmp_path / "log"
     process = spares.become(BECOMES, str(tmp_path / "out"), "hello", env=env, out=str(log))
     assert process is spare
     assert process.wait(timeout=60) == 0
     assert (tmp_path / "out").read_text() == f"{spare.pid} hello"
-    assert log.read_text().splitlines() == ["imported ahead", "became hello"]
+    assert log.read_text().splitlines() == ["imported ahead", "called ahead", "became hello"]
     assert spares.become(BECOMES, "x", "y", env=env, out=str(log)) is None  # taken once
 
 
