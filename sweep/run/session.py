@@ -1,7 +1,7 @@
 """One invocation of `sweep run` or `sweep resume`, as a short sequence of named steps:
 open the run directory (sweep/run/opening.py), ask the cache (cache_policy.py), connect
-the engine it is handed, assemble the driver (assembly.py), drive, finish (finish.py),
-write the run's files and say how it ended.
+the engine it is handed, drive (drive.py: assemble the driver, run the trials, finish,
+write the run's files) and say how it ended (conclusion.py).
 
 Everything that can be refused (spec, run directory, fingerprint) is checked before Ray
 starts, with the run directory locked (storage/lock.py) from before it is first read to
@@ -11,7 +11,6 @@ the end; a signal at any point from start-up to the final write ends in a clean 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,35 +23,29 @@ from rich.console import Console
 
 from actors.backends import may_interpret, resolve
 from storage import cache
-from storage.snapshot import write_snapshot
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
 from sweep.console import Output, say
 from sweep.engines import machine
 from sweep.engines.prestart import PRESTART_ENV, Prestart
-from sweep.engines.runtime import ClusterLost, ConnectAbandoned, Engine, Placement
+from sweep.engines.runtime import ConnectAbandoned, Engine, Placement
 from sweep.results.summary import (
     print_errors,
     resume_command,
 )
 from sweep.run import cache_policy, opening, repair, rundir
 from sweep.run.assembly import (
-    Assembly,
     Start,
-    assemble,
     interpreted_options,
     retried,
     worker_settings,
 )
 from sweep.run.budget import TimeBudget
 from sweep.run.cache_policy import CacheAnswers
-from sweep.run.conclusion import Concluding, Driven, conclude
-from sweep.run.contracts import DriverFailed
-from sweep.run.driver import Driver
-from sweep.run.finish import Finishing, after_trials
+from sweep.run.conclusion import Concluding, conclude
+from sweep.run.drive import RunContext, drive
 from sweep.run.opening import Opened
-from sweep.run.progress import ProgressReporter
 from sweep.run.request import Request, SessionEnd
-from sweep.run.rundir import Finish, Loaded, RunDir, RunLog
+from sweep.run.rundir import Loaded, RunDir
 from sweep.run.stop import StopController
 from sweep.search.plan import plan_search
 from sweep.search.scheduling import AdaptiveLimit, compile_order
@@ -170,7 +163,12 @@ class Session:
                 return code
             if not self.meta:
                 self._create(run, backend, placement)
-            drove = self._drive(run, engine, backend, placement, loaded, request, stop, t0)
+            drove = drive(RunContext(
+                run, self.spec, self.space, engine, backend, placement, self.io, self.timeline,
+                self.opened.earlier, self.prestart.launchers if self.prestart else {},
+                self._early_compiles_end), Start(loaded, self.retry, self.meta_search,
+                                                 request.max_trials, self._full_order),
+                request, stop, t0)
             self.ending = SessionEnd(drove.state)
             return conclude(Concluding(self.spec, self.space, self.path, run, backend,
                                        self.retry, self.io, request, stop, t0), drove)
@@ -275,89 +273,6 @@ class Session:
         if line:
             self.io.note(line)
         rundir.create(run, self.spec, len(self.space), backend, search=self.meta_search)
-
-    def _drive(self, run: RunDir, engine: Engine, backend: str, placement: Placement,
-               loaded: Loaded | None, request: Request, stop: StopController,
-               t0: float) -> Driven:
-        spec = self.spec
-        assembly = assemble(run, spec, self.space, Start(loaded, self.retry, self.meta_search,
-                                                         request.max_trials, self._full_order),
-                            backend, placement, self.prestart.launchers if self.prestart else {},
-                            self.io.err)
-        tally = assembly.work.tally
-        checkpoint = rundir.TableCheckpoint(run, spec, self.space)
-
-        def snapshot() -> None:
-            write_snapshot(run.snapshot, rundir.snapshot_of(spec, tally, "running",
-                                                            self._moments(None)))
-            checkpoint.maybe_start()
-
-        budget = TimeBudget(t0, request.time_budget_s)
-
-        def should_stop() -> bool:
-            return stop.requested or budget.spent()
-
-        drove = Driven("failed", assembly, Finish(), None, None, budget)
-        in_flight = True  # an exception is on its way out of the try below
-        try:
-            snapshot_now = rundir.snapshot_of(spec, tally, "running", self._moments(None))
-            write_snapshot(run.snapshot, snapshot_now)
-            with RunLog.open(run, spec.fingerprint) as log, \
-                    ProgressReporter(tally, self.io.err,
-                                     expected=most(spec.search, self.space.sizes)
-                                     if assembly.search is not None else None) as progress:
-                drove.driver = self._driver(engine, placement, assembly, log, progress, request,
-                                            should_stop, snapshot)
-                try:
-                    ending = drove.driver.run()
-                    drove.finish = after_trials(
-                        Finishing(run, spec, self.space, backend, drove.driver.pool, progress,
-                                  should_stop),
-                        drove.driver, ending, assembly, log, self.timeline)
-                finally:
-                    drove.driver.close()
-            drove.state = "complete" if tally.done == tally.total else "interrupted"
-            in_flight = False
-        except DriverFailed as e:
-            self.io.note(f"error: {e}")
-            in_flight = False
-        except ClusterLost as e:  # driver.run() has closed its workers, committed records
-            engine.mark_lost()
-            drove.state, drove.lost, in_flight = "interrupted", e, False
-        except KeyboardInterrupt:  # an API caller's second Ctrl+C: written as a stop, then on
-            drove.state = "interrupted"
-            raise
-        finally:
-            if assembly.replay_cache:
-                shutil.rmtree(assembly.replay_cache, ignore_errors=True)
-            checkpoint.wait()
-            self._write_artefacts(run, drove, in_flight)
-        return drove
-
-    def _driver(self, engine: Engine, placement: Placement, assembly: Assembly, log: RunLog,
-                progress: ProgressReporter, request: Request,
-                should_stop: Callable[[], bool], snapshot: Callable[[], None]) -> Driver:
-        runtime = engine.runtime(assembly.settings, placement, assembly.work.limits.max_batches)
-        limit = assembly.work.compile_limit
-        return progress.watching(Driver(
-            assembly.work, runtime, log, should_stop=should_stop, on_snapshot=snapshot,
-            observers=[progress, *request.observers],
-            on_compilers_up=lambda: self._early_compiles_end(limit)), limit)
-
-    def _moments(self, driver: Driver | None) -> rundir.Moments:
-        return rundir.Moments(self.timeline, self.opened.earlier,
-                              driver.first_dispatch_at if driver else None)
-
-    def _write_artefacts(self, run: RunDir, drove: Driven, in_flight: bool) -> None:
-        try:
-            rundir.write_artefacts(run, self.spec, self.space, drove.assembly.work.tally,
-                                   drove.state,  # type: ignore[arg-type]
-                                   self._moments(drove.driver), drove.finish)
-        except OSError as e:
-            if not rundir.storage_error(e, self.path) or not in_flight:
-                raise  # alone, a full disk is one line and exit 1 (see execute)
-            # Already failing for the same reason: the artefacts on disk stay the last
-            # complete ones, and resume rebuilds them from the journal.
 
     def _prestart(self, engine: Engine) -> Prestart | None:
         """Work begun before the kernel is imported here and the engine is up: a GPU's
