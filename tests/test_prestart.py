@@ -48,6 +48,19 @@ def test_a_prestart_that_cannot_use_its_gpu_prints_nothing_and_leaves_no_process
     assert capfd.readouterr().err == ""  # its tracebacks went to its log, not the terminal
 
 
+def one_config_run(tmp_path: Path, *options: str, env: dict[str, str]) -> subprocess.Popen:
+    """`sweep run` of one config under the interpreter, begun in the background."""
+    spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
+                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
+                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
+                             "GROUP_M": [1]},
+                      run={"backend": "interpret"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run", *options],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def processes_naming(folder: Path) -> list[int]:
     """The live processes whose command line names a path under folder."""
     found = []
@@ -63,15 +76,7 @@ def test_a_command_killed_while_its_launchers_import_leaves_none_and_no_folder_a
         tmp_path, monkeypatch):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
-                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
-                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
-                             "GROUP_M": [1]},
-                      run={"backend": "interpret"})
-    command = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run", "--runtime",
-         "local"], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = one_config_run(tmp_path, "--runtime", "local", env={"TMPDIR": str(tmp)})
     try:
         deadline = time.monotonic() + 120
         while not processes_naming(tmp):  # a launcher started: it is importing torch
@@ -189,15 +194,7 @@ def spares_of(pid: int) -> list[int]:
 
 
 def test_a_command_killed_while_its_spares_import_leaves_none(tmp_path):
-    spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
-                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
-                      space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
-                             "GROUP_M": [1]},
-                      run={"backend": "interpret"})
-    command = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "run", spec, "--out", tmp_path / "run"], cwd=ROOT,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+    command = one_config_run(tmp_path, env={"CUDA_VISIBLE_DEVICES": "0"})
     try:
         deadline = time.monotonic() + 120
         while len(begun := spares_of(command.pid)) < 2:  # the launcher's and fork server's
