@@ -133,7 +133,10 @@ class Foreign:
 
 
 KEY_BYTES = 16  # what an adopter of a prepared server sends first
-ADOPT_WAIT_S = 10.0  # for a prepared server to listen (it does so before any import)
+# For a prepared server to listen: it does so before any import, or, where a spare
+# interpreter became it (actors/spares.py), after the spare's imports of torch and
+# Triton (seconds); it listens as long as it lives.
+ADOPT_WAIT_S = 60.0
 
 
 class ForkServer:

@@ -90,9 +90,13 @@ def _serve(inbox: Connection, outbox: Connection, backend: Any) -> None:
         outbox.send(reply)
 
 
-# A launcher makes its socket within a moment of starting, long before a worker exists;
-# one without a socket after this long was adopted already (by a worker since replaced).
-ADOPT_WAIT_S = 5.0
+# A launcher makes its socket first thing, or, where a spare interpreter became it
+# (actors/spares.py), once the spare's imports are done: seconds after the command began
+# (5 s on a slow H200 host), while the worker asks from its first second. One alive
+# without a socket has not got that far, or was adopted by a worker that is ending, and
+# ends with it: wait while it lives, for as long as a worker may take to start
+# (run.start_timeout_s's default).
+ADOPT_WAIT_S = 60.0
 # Names the launcher begun early (sweep/engines/prestart.py) that an interpreter's worker adopts, in
 # its environment; a GPU's worker adopts the one of its CUDA_VISIBLE_DEVICES.
 LAUNCHER_ENV = "SWEEP_LAUNCHER"
@@ -143,7 +147,7 @@ class Launcher:
     def _adopted(self) -> child.Child | None:
         assert self._adopt is not None
         address, key_hex, pid = self._adopt
-        # It makes its socket first thing, but it may not have got that far yet.
+        # It may not have made its socket yet (see ADOPT_WAIT_S).
         deadline = time.monotonic() + ADOPT_WAIT_S
         while not os.path.exists(address) and time.monotonic() < deadline and child.alive(pid):
             time.sleep(0.01)

@@ -17,10 +17,11 @@ import contextlib
 import importlib
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 
 from actors import child, trace
@@ -29,7 +30,8 @@ from actors import child, trace
 # H200 host, on a thread: see triton_warm), torch's and Triton's imports.
 AHEAD = ("actors.triton_warm:key_triton", "torch", "triton")
 
-_SPARES: list[tuple[dict[str, str], subprocess.Popen]] = []  # this process's, untaken
+# This process's spares not yet taken; started, taken and ended on its main thread only.
+_SPARES: list[tuple[dict[str, str], subprocess.Popen]] = []
 
 
 def start(envs: Iterable[dict[str, str]], imports: Iterable[str] = AHEAD) -> None:
@@ -53,16 +55,23 @@ def become(entry: str, *args: str, env: dict[str, str], out: str) -> subprocess.
             process.stdin.write(order.encode() + b"\n")
             process.stdin.close()
         except (OSError, ValueError):  # it died (its import failed, say)
-            child.kill_process(process)
+            _end(process)
             return become(entry, *args, env=env, out=out)
         return process
     return None
 
 
 def end() -> None:
-    """Every spare not taken ends (they would at this process's end anyway)."""
+    """Every spare not taken ends now (they would with this process anyway), not awaited:
+    one stuck in a read of a hung filesystem must not hold up the command."""
     while _SPARES:
-        child.kill_process(_SPARES.pop()[1])
+        _end(_SPARES.pop()[1])
+
+
+def _end(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # its own session: its group is its pid
+    threading.Thread(target=process.wait, daemon=True).start()  # reaped once it ends
 
 
 def serve(*imports: str) -> None:
@@ -73,13 +82,15 @@ def serve(*imports: str) -> None:
         os.dup2(kept.fileno(), fd)
     trace.note("spare_started")
     for name in imports:
-        # A module that fails here fails again, and says so, where the process imports
-        # it as what it becomes.
         module, _, function = name.partition(":")
-        with contextlib.suppress(Exception):
+        try:
             imported = importlib.import_module(module)
             if function:
                 getattr(imported, function)()
+        except Exception:
+            # A second import of a half-imported module may fail otherwise than the first:
+            # a fresh process says why (become finds this one gone).
+            os._exit(1)
     trace.note("spare_imported")
     line = sys.stdin.readline()
     if not line:
@@ -88,12 +99,17 @@ def serve(*imports: str) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    kept.seek(0)
     with open(order["out"], "ab") as out:
-        shutil.copyfileobj(kept, out)
+        # pread leaves alone the offset fds 1 and 2 share with kept, where a thread of
+        # this process may still write.
+        offset = 0
+        while chunk := os.pread(kept.fileno(), 1 << 16, offset):
+            out.write(chunk)
+            offset += len(chunk)
         out.flush()
         for fd in (1, 2):
             os.dup2(out.fileno(), fd)
     kept.close()
+
     module, _, function = order["entry"].partition(":")
     getattr(importlib.import_module(module), function)(*order["args"])

@@ -5,6 +5,7 @@ closing it leaves none of them running."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,11 @@ from actors.compile_pool import FORK_SAFE_ENV
 from actors.protocol import FORKS, WorkerSettings
 from sweep.engines import prestart
 from sweep.engines.prestart import Prestart
+
+# GPU id 0 stands for a GPU that does not work: on a machine with a real one, its
+# launchers would come up and serve.
+pytestmark = pytest.mark.skipif(any(Path("/dev").glob("nvidia[0-9]*")),
+                                reason="needs a machine without a GPU")
 
 SETTINGS = WorkerSettings(
     backend="cuda", kernel="matmul", problem={"M": 64, "N": 64, "K": 64, "dtype": "float16"},
@@ -48,10 +54,11 @@ def test_a_prestart_that_cannot_use_its_gpu_prints_nothing_and_leaves_no_process
     assert capfd.readouterr().err == ""  # its tracebacks went to its log, not the terminal
 
 
-def one_config_run(tmp_path: Path, *options: str, env: dict[str, str]) -> subprocess.Popen:
+def one_config_run(tmp_path: Path, *options: str, env: dict[str, str],
+                   size: int = 16) -> subprocess.Popen:
     """`sweep run` of one config under the interpreter, begun in the background."""
     spec = write_spec(tmp_path / "s.yaml", name="k", kernel="matmul",
-                      problem={"M": 16, "N": 16, "K": 16, "dtype": "float32"},
+                      problem={"M": size, "N": size, "K": size, "dtype": "float32"},
                       space={"BLOCK_M": [16], "BLOCK_N": [16], "BLOCK_K": [16],
                              "GROUP_M": [1]},
                       run={"backend": "interpret"})
@@ -141,6 +148,7 @@ def test_spares_begin_for_a_run_whose_command_line_leaves_the_gpus_possible(
         monkeypatch, argv, started):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("SWEEP_PRESTART", raising=False)
     try:
         prestart.ahead(argv)
         envs = [env for env, _ in spares._SPARES]
@@ -148,8 +156,9 @@ def test_spares_begin_for_a_run_whose_command_line_leaves_the_gpus_possible(
         spares.end()
     assert len(envs) == started
     if started:
-        assert [env.get("CUDA_VISIBLE_DEVICES") for env in envs] == ["0", "1", "0,1"]
-        assert {k: v for k, v in envs[2].items() if os.environ.get(k) != v} == FORK_SAFE_ENV
+        assert envs == [{**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+                        {**os.environ, "CUDA_VISIBLE_DEVICES": "1"},
+                        {**os.environ, **FORK_SAFE_ENV}]
 
 
 def test_no_spares_where_no_gpu_is_visible_or_prestarts_are_off(monkeypatch):
@@ -163,6 +172,7 @@ def test_no_spares_where_no_gpu_is_visible_or_prestarts_are_off(monkeypatch):
 
 def test_a_prestart_takes_the_spares_begun_for_its_launcher_and_fork_server(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a GPU id, with no GPU behind it
+    monkeypatch.delenv("SWEEP_PRESTART", raising=False)
     prestart.ahead(["run", "s.yaml"])
     ahead = [process.pid for _, process in spares._SPARES]
     begun = Prestart.begin(SETTINGS, iter([(0, CONFIG)]), adopted_pools=True)
@@ -209,3 +219,30 @@ def test_a_command_killed_while_its_spares_import_leaves_none(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(command.pid, signal.SIGKILL)
+
+
+def test_spares_a_run_does_not_take_are_ended_before_its_trials(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    # Seconds of the interpreter's work in its one trial: the run is still going.
+    command = one_config_run(tmp_path, size=512, env={
+        "CUDA_VISIBLE_DEVICES": "0", "SWEEP_TRACE": str(trace)})  # its spec: interpret
+
+    def noted(event: str) -> list[int]:
+        lines = trace.read_text().splitlines() if trace.exists() else []
+        return [json.loads(line)["pid"] for line in lines if f'"{event}"' in line]
+
+    try:
+        deadline = time.monotonic() + 120
+        while not noted("trial"):
+            assert command.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)  # a poll interval
+        begun = noted("spare_started")
+        assert begun  # they began, and imported while the command went on
+        while any(child.alive(pid) for pid in begun):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert command.poll() is None  # ended with the run still in its trial
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)
+        command.wait()

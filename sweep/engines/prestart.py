@@ -57,10 +57,12 @@ PRESTART_ENV = "SWEEP_PRESTART"  # "0": no work begun early (to measure without 
 
 def ahead(argv: Sequence[str]) -> None:
     """`sweep run`'s first step, before it imports the rest of itself: where this machine
-    has GPUs and the command line leaves a local GPU run possible, a spare interpreter
-    (actors/spares.py) for each launcher and for the fork server begin starts, each with
-    the environment its process will have. A run that turns out not to need them (a
-    cached answer, a spec's other backend, a bad spec) ends them unused."""
+    has GPUs and the command line leaves a local GPU run possible, it starts a spare
+    interpreter (actors/spares.py) for each GPU's launcher and one for the fork server,
+    each with the environment that process will have. The session ends those the early
+    start did not take as soon as it has begun it (a spec of another backend, a run on
+    Ray, which starts no fork server), and the command ends them where it ends before
+    (a cached answer, a bad spec)."""
     if not argv or argv[0] != "run" or os.environ.get(PRESTART_ENV) == "0" or \
             os.environ.get("RAY_ADDRESS") or any(
                 a in ("-h", "--help") or a.startswith("--address") for a in argv):
@@ -149,7 +151,6 @@ class Prestart:
         """Everything it started ends: adopted launchers die with their workers anyway.
         keep_log: where what its processes printed is appended (the run's workers.log)."""
         self.stop_compiling()
-        spares.end()  # those no process took
         for process in self.processes:
             # Not awaited: a process with a CUDA context takes a moment to end, which the
             # command need not wait for (each is reaped by its own thread).

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.compute as pc
 from rich.console import Console
 
+from actors import spares
 from actors.backends import may_interpret, resolve
 from storage import cache
 from sweep import EXIT_FAILED, EXIT_NONE_WORKED, EXIT_OK
@@ -153,6 +154,7 @@ class Session:
             if not self.meta and engine.on_this_machine() and \
                     os.environ.get(PRESTART_ENV) != "0":
                 self.prestart = self._prestart(engine)
+            spares.end()  # those the early start did not take: not held through the run
             try:
                 loaded = self._connect(run, engine, loaded, stop)
             except ConnectAbandoned:
@@ -163,12 +165,15 @@ class Session:
                 return code
             if not self.meta:
                 self._create(run, backend, placement)
-            drove = drive(RunContext(
-                run, self.spec, self.space, engine, backend, placement, self.io, self.timeline,
-                self.opened.earlier, self.prestart.launchers if self.prestart else {},
-                self._early_compiles_end), Start(loaded, self.retry, self.meta_search,
-                                                 request.max_trials, self._full_order),
-                request, stop, t0)
+            context = RunContext(
+                run=run, spec=self.spec, space=self.space, engine=engine, backend=backend,
+                placement=placement, io=self.io, timeline=self.timeline,
+                earlier=self.opened.earlier,
+                launchers=self.prestart.launchers if self.prestart else {},
+                on_compilers_up=self._early_compiles_end)
+            drove = drive(context, Start(loaded, self.retry, self.meta_search,
+                                         request.max_trials, self._full_order),
+                          request, stop, t0)
             self.ending = SessionEnd(drove.state)
             return conclude(Concluding(self.spec, self.space, self.path, run, backend,
                                        self.retry, self.io, request, stop, t0), drove)
