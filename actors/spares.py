@@ -7,8 +7,9 @@ seconds go). A spare is started in the command's first milliseconds with the env
 one of those processes will have; it imports torch and Triton while the command goes on,
 then waits on its stdin for what to become. A process started later with that very
 environment takes a spare instead of a fresh interpreter (become); a spare no process
-takes is ended with the command. Nothing a run records depends on it: a spare that is
-missing, dead or of another environment only means a fresh start, as before.
+takes is ended once the run has begun its early start, or with the command (end).
+Nothing a run records depends on it: a spare that is missing, dead or of another
+environment only means a fresh start, as before.
 """
 
 from __future__ import annotations
